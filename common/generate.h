@@ -1,0 +1,38 @@
+// Plain autoregressive decoding: the baseline every speculative mode is measured against, and
+// the reference its greedy output must equal.
+#pragma once
+
+#include <vector>
+
+#include "common/llama_model.h"
+#include "common/sampling.h"
+
+namespace specloop {
+
+struct GenerateOptions {
+  // Most tokens to generate. Default: 128.
+  int max_tokens = 128;
+  // Temperature, top-k, top-p and seed. Default: greedy off (temperature 1).
+  SamplingParams sampling;
+  // Stop after emitting an EOS id of the model's config (the EOS is kept in the output).
+  // Default: true.
+  bool stop_at_eos = true;
+};
+
+struct GenerateResult {
+  std::vector<int> tokens;     // generated ids, prompt excluded
+  bool hit_eos = false;        // stopped on EOS
+  double prefill_seconds = 0;  // prompt forward, to the first token
+  double decode_seconds = 0;   // the rest
+};
+
+// Decodes from `prompt` (ids, BOS included when the model wants one). Stops at max_tokens, EOS
+// or the context limit. REQUIRES: prompt non-empty and shorter than the context limit.
+GenerateResult GeneratePlain(const LlamaModel& model, const std::vector<int>& prompt,
+                             const GenerateOptions& options);
+
+// Samples one token from a row of float32 logits under `params` (greedy: argmax).
+int SampleToken(const float* logits, int vocab, const SamplingParams& params, Rng* rng,
+                std::vector<float>* scratch);
+
+}  // namespace specloop

@@ -1,0 +1,287 @@
+#include "common/llama_model.h"
+
+#include <cmath>
+#include <limits>
+
+#include <ATen/autocast_mode.h>
+#include <c10/core/GradMode.h>
+
+namespace specloop {
+
+namespace {
+
+std::string ShapeString(at::IntArrayRef s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+Status ParseDtype(const std::string& name, at::ScalarType stored, bool cuda, at::ScalarType* out) {
+  if (name == "auto") {
+    *out = cuda ? stored : at::kFloat;
+  } else if (name == "float32") {
+    *out = at::kFloat;
+  } else if (name == "float16") {
+    *out = at::kHalf;
+  } else if (name == "bfloat16") {
+    *out = at::kBFloat16;
+  } else {
+    return Status::InvalidArgument("unknown dtype " + name);
+  }
+  if (*out != at::kFloat && *out != at::kHalf && *out != at::kBFloat16) {
+    return Status::NotSupported("weights must be float32, float16 or bfloat16");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status LlamaModel::Load(const std::string& dir, const LoadOptions& options,
+                        std::unique_ptr<LlamaModel>* out) {
+  ModelConfig config;
+  SPECLOOP_RETURN_IF_ERROR(ModelConfig::FromDir(dir, &config));
+  TensorMap tensors;
+  SPECLOOP_RETURN_IF_ERROR(ReadModelWeights(dir, &tensors));
+  return FromTensors(config, tensors, options, out).Annotate(dir);
+}
+
+Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
+                               const LoadOptions& options, std::unique_ptr<LlamaModel>* out) {
+  at::Device device(at::kCPU);
+  try {
+    device = at::Device(options.device);
+  } catch (const c10::Error&) {
+    return Status::InvalidArgument("unknown device " + options.device);
+  }
+  if (device.is_cuda() && !at::hasCUDA()) {
+    return Status::NotSupported("--device cuda: this build of LibTorch has no CUDA");
+  }
+  auto it = tensors.find("model.embed_tokens.weight");
+  if (it == tensors.end()) return Status::InvalidArgument("missing tensor model.embed_tokens.weight");
+  at::ScalarType dtype;
+  SPECLOOP_RETURN_IF_ERROR(ParseDtype(options.dtype, it->second.scalar_type(), device.is_cuda(),
+                                      &dtype));
+
+  // Fetches a tensor, checks its shape, and moves it to the compute device and dtype.
+  Status status;
+  auto get = [&](const std::string& name, std::vector<int64_t> shape) -> at::Tensor {
+    if (!status.ok()) return {};
+    auto t = tensors.find(name);
+    if (t == tensors.end()) {
+      status = Status::InvalidArgument("missing tensor " + name);
+      return {};
+    }
+    if (t->second.sizes() != at::IntArrayRef(shape)) {
+      status = Status::InvalidArgument("tensor " + name + " has shape " +
+                                       ShapeString(t->second.sizes()) + ", config.json implies " +
+                                       ShapeString(shape));
+      return {};
+    }
+    if (!at::isFloatingType(t->second.scalar_type())) {
+      status = Status::InvalidArgument("tensor " + name + " is not floating point");
+      return {};
+    }
+    return t->second.to(device, dtype);
+  };
+
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->config_ = c;
+  const int64_t hidden = c.hidden_size, hd = c.head_dim, ff = c.intermediate_size;
+  const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
+  m->embed_ = get("model.embed_tokens.weight", {c.vocab_size, hidden});
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Layer L;
+    L.attn_norm = get(p + "input_layernorm.weight", {hidden});
+    at::Tensor q = get(p + "self_attn.q_proj.weight", {q_rows, hidden});
+    at::Tensor k = get(p + "self_attn.k_proj.weight", {kv_rows, hidden});
+    at::Tensor v = get(p + "self_attn.v_proj.weight", {kv_rows, hidden});
+    L.wo = get(p + "self_attn.o_proj.weight", {hidden, q_rows});
+    L.ffn_norm = get(p + "post_attention_layernorm.weight", {hidden});
+    at::Tensor gate = get(p + "mlp.gate_proj.weight", {ff, hidden});
+    at::Tensor up = get(p + "mlp.up_proj.weight", {ff, hidden});
+    L.w_down = get(p + "mlp.down_proj.weight", {hidden, ff});
+    if (!status.ok()) return status;
+    L.wqkv = at::cat({q, k, v}, 0);
+    L.w_gate_up = at::cat({gate, up}, 0);
+    m->layers_.push_back(std::move(L));
+  }
+  m->final_norm_ = get("model.norm.weight", {hidden});
+  if (c.tie_word_embeddings && !tensors.count("lm_head.weight")) {
+    m->lm_head_ = m->embed_;
+  } else {
+    m->lm_head_ = get("lm_head.weight", {c.vocab_size, hidden});
+  }
+  if (!status.ok()) return status;
+
+  // RoPE tables in float32 arithmetic, as Hugging Face and llama2.c compute them.
+  const int64_t half = hd / 2, P = c.max_position_embeddings;
+  at::Tensor cos = at::empty({P, 2, half}, at::kFloat), sin = at::empty({P, 2, half}, at::kFloat);
+  auto* pc = cos.data_ptr<float>();
+  auto* ps = sin.data_ptr<float>();
+  for (int64_t pos = 0; pos < P; ++pos) {
+    for (int64_t j = 0; j < half; ++j) {
+      const float inv_freq = 1.0f / std::pow(static_cast<float>(c.rope_theta),
+                                             static_cast<float>(2 * j) / static_cast<float>(hd));
+      const float angle = static_cast<float>(pos) * inv_freq;
+      const float cv = std::cos(angle), sv = std::sin(angle);
+      pc[(pos * 2 + 0) * half + j] = cv;
+      pc[(pos * 2 + 1) * half + j] = cv;
+      ps[(pos * 2 + 0) * half + j] = -sv;
+      ps[(pos * 2 + 1) * half + j] = sv;
+    }
+  }
+  m->rope_cos_ = cos.to(device, dtype);
+  m->rope_sin_ = sin.to(device, dtype);
+  *out = std::move(m);
+  return Status::OK();
+}
+
+KVCache LlamaModel::NewCache(int64_t initial_capacity) const {
+  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(initial_capacity,
+                                                              config_.max_position_embeddings));
+  auto opts = embed_.options().requires_grad(false);
+  std::vector<int64_t> sizes = {config_.num_hidden_layers, config_.num_key_value_heads, cap,
+                                config_.head_dim};
+  return KVCache(at::empty(sizes, opts), at::empty(sizes, opts));
+}
+
+at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
+  if (x.scalar_type() == at::kFloat) {
+    return x * at::rsqrt(x.square().mean(-1, true) + config_.rms_norm_eps) * weight;
+  }
+  // Half precision: normalize in float32, as Hugging Face does.
+  at::Tensor xf = x.to(at::kFloat);
+  return (xf * at::rsqrt(xf.square().mean(-1, true) + config_.rms_norm_eps)).to(x.scalar_type()) *
+         weight;
+}
+
+at::Tensor LlamaModel::Forward(const std::vector<ForwardInput>& batch) const {
+  const auto& c = config_;
+  const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim;
+  const int64_t G = H / KVH, F = c.intermediate_size;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const bool training = c10::GradMode::is_enabled();
+  TORCH_CHECK(!batch.empty(), "Forward of an empty batch");
+
+  // Flatten all new tokens into one [N] sequence; remember where each input's rows start.
+  std::vector<int64_t> ids, positions, starts, lengths, past, out_rows;
+  for (const auto& in : batch) {
+    TORCH_CHECK(in.cache != nullptr && !in.tokens.empty(), "ForwardInput needs a cache and tokens");
+    const int64_t L0 = in.cache->length(), n = in.tokens.size();
+    TORCH_CHECK(!training || L0 == 0, "training forward needs empty caches");
+    in.cache->Reserve(L0 + n, c.max_position_embeddings);
+    starts.push_back(ids.size());
+    lengths.push_back(n);
+    past.push_back(L0);
+    for (int64_t i = 0; i < n; ++i) {
+      TORCH_CHECK(in.tokens[i] >= 0 && in.tokens[i] < c.vocab_size, "token id ", in.tokens[i],
+                  " outside the vocabulary of ", c.vocab_size);
+      if (in.all_logits || i == n - 1) out_rows.push_back(ids.size());
+      ids.push_back(in.tokens[i]);
+      positions.push_back(L0 + i);
+    }
+  }
+  const int64_t N = ids.size();
+  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  at::Tensor tok = at::from_blob(ids.data(), {N}, long_opts).to(device());
+  at::Tensor pos = at::from_blob(positions.data(), {N}, long_opts).to(device());
+  at::Tensor cos = rope_cos_.index_select(0, pos).unsqueeze(1);  // [N, 1, 2, D/2]
+  at::Tensor sin = rope_sin_.index_select(0, pos).unsqueeze(1);
+
+  // Causal masks for inputs of more than one new token, shared by all layers.
+  std::vector<at::Tensor> masks(batch.size());
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (lengths[b] == 1) continue;
+    const int64_t n = lengths[b], T = past[b] + n;
+    masks[b] = at::full({n, T}, -std::numeric_limits<float>::infinity(), embed_.options())
+                   .triu(past[b] + 1)
+                   .repeat({G, 1});  // rows ordered (group, position), as the queries below
+  }
+
+  at::Tensor x = embed_.index_select(0, tok);  // [N, hidden]
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const Layer& L = layers_[l];
+    at::Tensor qkv = at::linear(RmsNorm(x, L.attn_norm), L.wqkv);  // [N, (H + 2 KVH) D]
+    // rotate_half(x) * sin == flip(halves of x) * (-sin, sin).
+    at::Tensor qk = qkv.narrow(1, 0, (H + KVH) * D).view({N, H + KVH, 2, D / 2});
+    qk = qk * cos + qk.flip(2) * sin;
+    at::Tensor q = qk.narrow(1, 0, H).reshape({N, H, D});
+    at::Tensor k = qk.narrow(1, H, KVH).reshape({N, KVH, D});
+    at::Tensor v = qkv.narrow(1, (H + KVH) * D, KVH * D).view({N, KVH, D});
+
+    at::Tensor attn = batch.size() == 1 ? at::Tensor() : at::empty({N, H * D}, x.options());
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const int64_t off = starts[b], n = lengths[b], L0 = past[b], T = L0 + n;
+      at::Tensor kb = k.narrow(0, off, n).transpose(0, 1);  // [KVH, n, D]
+      at::Tensor vb = v.narrow(0, off, n).transpose(0, 1);
+      at::Tensor kc = batch[b].cache->keys_[l], vc = batch[b].cache->values_[l];
+      kc.narrow(1, L0, n).copy_(kb.detach());
+      vc.narrow(1, L0, n).copy_(vb.detach());
+      at::Tensor keys = training ? kb : kc.narrow(1, 0, T);    // [KVH, T, D]
+      at::Tensor values = training ? vb : vc.narrow(1, 0, T);  // [KVH, T, D]
+
+      // Queries grouped by their key/value head: [KVH, G * n, D], rows ordered (group, pos).
+      at::Tensor qb = q.narrow(0, off, n).view({n, KVH, G, D}).permute({1, 2, 0, 3}).reshape(
+          {KVH, G * n, D});
+      at::Tensor scores = masks[b].defined()
+                              ? at::baddbmm(masks[b], qb, keys.transpose(1, 2), 1.0, scale)
+                              : at::bmm(qb, keys.transpose(1, 2)).mul_(scale);
+      at::Tensor o = at::bmm(at::softmax(scores, -1), values);  // [KVH, G * n, D]
+      o = o.view({KVH, G, n, D}).permute({2, 0, 1, 3}).reshape({n, H * D});
+      if (batch.size() == 1) {
+        attn = o;
+      } else {
+        attn.narrow(0, off, n).copy_(o);
+      }
+    }
+    x = x + at::linear(attn, L.wo);
+    at::Tensor gu = at::linear(RmsNorm(x, L.ffn_norm), L.w_gate_up);  // [N, 2F]
+    x = x + at::linear(at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F), L.w_down);
+  }
+  for (size_t b = 0; b < batch.size(); ++b) {
+    batch[b].cache->length_ = past[b] + lengths[b];
+  }
+  if (static_cast<int64_t>(out_rows.size()) != N) {
+    x = x.index_select(0, at::from_blob(out_rows.data(), {(int64_t)out_rows.size()}, long_opts)
+                              .to(device()));
+  }
+  return at::linear(RmsNorm(x, final_norm_), lm_head_).to(at::kFloat);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> LlamaModel::NamedWeights() const {
+  const auto& c = config_;
+  const int64_t q_rows = c.num_attention_heads * c.head_dim;
+  const int64_t kv_rows = c.num_key_value_heads * c.head_dim;
+  std::vector<std::pair<std::string, at::Tensor>> w;
+  w.emplace_back("model.embed_tokens.weight", embed_);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const Layer& L = layers_[l];
+    w.emplace_back(p + "input_layernorm.weight", L.attn_norm);
+    w.emplace_back(p + "self_attn.q_proj.weight", L.wqkv.narrow(0, 0, q_rows));
+    w.emplace_back(p + "self_attn.k_proj.weight", L.wqkv.narrow(0, q_rows, kv_rows));
+    w.emplace_back(p + "self_attn.v_proj.weight", L.wqkv.narrow(0, q_rows + kv_rows, kv_rows));
+    w.emplace_back(p + "self_attn.o_proj.weight", L.wo);
+    w.emplace_back(p + "post_attention_layernorm.weight", L.ffn_norm);
+    w.emplace_back(p + "mlp.gate_proj.weight", L.w_gate_up.narrow(0, 0, c.intermediate_size));
+    w.emplace_back(p + "mlp.up_proj.weight",
+                   L.w_gate_up.narrow(0, c.intermediate_size, c.intermediate_size));
+    w.emplace_back(p + "mlp.down_proj.weight", L.w_down);
+  }
+  w.emplace_back("model.norm.weight", final_norm_);
+  if (!lm_head_.is_same(embed_)) w.emplace_back("lm_head.weight", lm_head_);
+  return w;
+}
+
+std::vector<at::Tensor> LlamaModel::Parameters() const {
+  std::vector<at::Tensor> p = {embed_};
+  for (const Layer& L : layers_) {
+    p.insert(p.end(), {L.attn_norm, L.wqkv, L.wo, L.ffn_norm, L.w_gate_up, L.w_down});
+  }
+  p.push_back(final_norm_);
+  if (!lm_head_.is_same(embed_)) p.push_back(lm_head_);
+  return p;
+}
+
+}  // namespace specloop

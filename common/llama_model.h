@@ -1,0 +1,92 @@
+// LlamaModel: a Llama-architecture causal LM (RMSNorm, RoPE in the Hugging Face rotate_half
+// layout, SwiGLU, grouped-query attention, tied or untied embeddings) over LibTorch.
+//
+// One batched Forward() serves prefill, single-token decode, scoring a block of k+1 positions,
+// and training: each sequence brings its own KVCache and any number of new tokens.
+// Thread-safety: the model is immutable after load; concurrent Forward() calls are safe on
+// distinct caches.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "common/kv_cache.h"
+#include "common/model_config.h"
+#include "common/safetensors.h"
+#include "common/status.h"
+
+namespace specloop {
+
+struct LoadOptions {
+  // "cpu", "cuda" or "cuda:N". Default: cpu.
+  std::string device = "cpu";
+  // Compute dtype: "auto" (float32 on CPU, the stored dtype on CUDA), "float32", "float16",
+  // "bfloat16". Default: auto.
+  std::string dtype = "auto";
+};
+
+// One sequence's part of a batched forward.
+struct ForwardInput {
+  KVCache* cache = nullptr;     // positions [0, cache->length()) are already processed
+  std::vector<int64_t> tokens;  // new tokens, at positions cache->length(), ... ; non-empty
+  bool all_logits = false;      // logits for every new position, or only for the last
+};
+
+class LlamaModel {
+ public:
+  // Loads DIR/config.json and DIR/model.safetensors (or its sharded index). Errors name the
+  // file and tensor: missing tensors, wrong shapes, unsupported dtypes or architectures.
+  static Status Load(const std::string& dir, const LoadOptions& options,
+                     std::unique_ptr<LlamaModel>* out);
+  // Builds a model from Hugging Face-named tensors (a loaded file, or random test weights).
+  static Status FromTensors(const ModelConfig& config, const TensorMap& tensors,
+                            const LoadOptions& options, std::unique_ptr<LlamaModel>* out);
+
+  const ModelConfig& config() const { return config_; }
+  at::Device device() const { return embed_.device(); }
+  at::ScalarType dtype() const { return embed_.scalar_type(); }
+
+  // An empty cache for one sequence of this model.
+  KVCache NewCache(int64_t initial_capacity = 64) const;
+
+  // Runs the new tokens of every input through the model and appends them to the caches.
+  // Returns float32 logits [rows, vocab] on the model's device: for each input in order, one
+  // row per new token when all_logits, else one row for its last token.
+  // REQUIRES: each cache came from this model's NewCache() and has room within
+  // max_position_embeddings; throws c10::Error otherwise (callers check limits first).
+  // Call under c10::InferenceMode for serving. Under autograd (training) every cache must be
+  // empty: attention then reads the new keys directly, so no in-place update enters the graph.
+  at::Tensor Forward(const std::vector<ForwardInput>& batch) const;
+
+  // The weights under their Hugging Face names (fused projections split again), in load order;
+  // the lm_head is left out when embeddings are tied. For saving checkpoints.
+  std::vector<std::pair<std::string, at::Tensor>> NamedWeights() const;
+  // Every trainable tensor (each once).
+  std::vector<at::Tensor> Parameters() const;
+
+ private:
+  struct Layer {
+    at::Tensor attn_norm;  // [hidden]
+    at::Tensor wqkv;       // [(heads + 2 kv_heads) * head_dim, hidden]: q, k, v stacked
+    at::Tensor wo;         // [hidden, heads * head_dim]
+    at::Tensor ffn_norm;   // [hidden]
+    at::Tensor w_gate_up;  // [2 * intermediate, hidden]: gate, up stacked
+    at::Tensor w_down;     // [hidden, intermediate]
+  };
+  LlamaModel() = default;
+  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
+
+  ModelConfig config_;
+  at::Tensor embed_;       // [vocab, hidden]
+  std::vector<Layer> layers_;
+  at::Tensor final_norm_;  // [hidden]
+  at::Tensor lm_head_;     // [vocab, hidden]; the same tensor as embed_ when tied
+  at::Tensor rope_cos_;    // [max_positions, 2, head_dim / 2]
+  at::Tensor rope_sin_;    // [max_positions, 2, head_dim / 2]: -sin on the first half
+};
+
+}  // namespace specloop

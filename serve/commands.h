@@ -1,0 +1,12 @@
+// The `specloop` subcommands. Each Add*Command registers its options on `app` and sets the
+// callback that runs it; the callback leaves the process exit code in *exit_code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace specloop {
+
+void AddGenerateCommand(CLI::App& app, int* exit_code);
+void AddConvertCommand(CLI::App& app, int* exit_code);
+
+}  // namespace specloop

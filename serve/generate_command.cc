@@ -1,0 +1,97 @@
+// `specloop generate`: decoding from the command line.
+#include <iostream>
+
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+
+#include "common/generate.h"
+#include "common/tokenizer.h"
+#include "serve/commands.h"
+
+namespace specloop {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model, prompt, device = "cpu";
+  int max_tokens = 128, top_k = 0, threads = 1;
+  float temperature = 1.0f, top_p = 1.0f;
+  uint64_t seed = 0;
+  bool json = false, ignore_eos = false;
+};
+
+int RunGenerate(const GenerateArgs& a) {
+  LoadOptions load;
+  load.device = a.device;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  Status s = LlamaModel::Load(a.model, load, &model);
+  if (s.ok()) s = Tokenizer::Load(a.model, &tokenizer);
+  if (!s.ok()) {
+    std::cerr << "specloop generate: " << s.ToString() << "\n";
+    return 1;
+  }
+  const ModelConfig& c = model->config();
+  GenerateOptions opt;
+  opt.max_tokens = a.max_tokens;
+  opt.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
+  opt.stop_at_eos = !a.ignore_eos;
+  if (std::string err = opt.sampling.Validate(); !err.empty()) {
+    std::cerr << "specloop generate: " << err << "\n";
+    return 2;
+  }
+  std::vector<int> prompt = tokenizer->Encode(a.prompt);
+  if (c.add_bos_token) prompt.insert(prompt.begin(), c.bos_token_id);
+  if (prompt.empty() || static_cast<int>(prompt.size()) >= c.max_position_embeddings) {
+    std::cerr << "specloop generate: prompt of " << prompt.size()
+              << " tokens does not fit the context of " << c.max_position_embeddings << "\n";
+    return 2;
+  }
+
+  GenerateResult r = GeneratePlain(*model, prompt, opt);
+  std::vector<int> shown = r.tokens;
+  if (r.hit_eos) shown.pop_back();
+  const std::string text = tokenizer->Decode(shown, prompt.back());
+  const double seconds = r.prefill_seconds + r.decode_seconds;
+  const double tps = seconds > 0 ? r.tokens.size() / seconds : 0.0;
+  if (a.json) {
+    nlohmann::json j = {
+        {"text", text},
+        {"prompt_tokens", prompt},
+        {"tokens", r.tokens},
+        {"finish_reason", r.hit_eos ? "stop" : "length"},
+        {"tokens_per_second", tps},
+        {"prefill_seconds", r.prefill_seconds},
+        {"decode_seconds", r.decode_seconds},
+    };
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else {
+    std::cout << a.prompt << text << "\n";
+    std::cerr << r.tokens.size() << " tokens, " << tps << " tokens/s\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddGenerateCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("generate", "decode a prompt from the command line");
+  auto a = std::make_shared<GenerateArgs>();
+  cmd->add_option("--model", a->model, "model directory (Hugging Face layout)")->required();
+  cmd->add_option("--prompt", a->prompt, "prompt text")->required();
+  cmd->add_option("--max-tokens", a->max_tokens, "most tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-p", a->top_p, "nucleus mass")->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "0 = off")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "intra-op threads")->capture_default_str();
+  cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS");
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->callback([a, exit_code] {
+    at::set_num_threads(a->threads);
+    *exit_code = RunGenerate(*a);
+  });
+}
+
+}  // namespace specloop

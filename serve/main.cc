@@ -1,0 +1,14 @@
+// specloop: one binary, one subcommand per process or tool (DESIGN.md section 1).
+#include <cstdio>
+
+#include "serve/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"specloop: online adaptive speculative decoding"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  specloop::AddGenerateCommand(app, &exit_code);
+  specloop::AddConvertCommand(app, &exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}
