@@ -91,6 +91,29 @@ int ParseBytePiece(const std::string& p) {
   return -1;
 }
 
+// Length of the valid UTF-8 sequence at s[i], or 0 when invalid (sentencepiece's DecodeUTF8:
+// no overlong forms, no surrogates, nothing above U+10FFFF).
+size_t ValidUtf8Length(const std::string& s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const size_t left = s.size() - i;
+  const auto cont = [&](size_t k) { return k < left && (b(k) & 0xC0) == 0x80; };
+  if (b(0) < 0x80) return 1;
+  uint32_t cp;
+  if ((b(0) & 0xE0) == 0xC0 && cont(1)) {
+    cp = ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
+    return cp >= 0x80 ? 2 : 0;
+  }
+  if ((b(0) & 0xF0) == 0xE0 && cont(1) && cont(2)) {
+    cp = ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+    return cp >= 0x800 && (cp < 0xD800 || cp >= 0xE000) ? 3 : 0;
+  }
+  if ((b(0) & 0xF8) == 0xF0 && cont(1) && cont(2) && cont(3)) {
+    cp = ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
+    return cp >= 0x10000 && cp <= 0x10FFFF ? 4 : 0;
+  }
+  return 0;
+}
+
 }  // namespace
 
 Status CountLlama2cPieces(const std::string& path, int* count) {
@@ -153,6 +176,7 @@ Status BpeTokenizer::OpenSentencePiece(const std::string& path, std::unique_ptr<
   std::string normalizer = "identity";
   bool has_charsmap = false;
   t->remove_extra_whitespaces_ = true;
+  t->replace_invalid_utf8_ = true;
   t->bos_id_ = 1;
 
   ProtoReader model(data.data(), data.size());
@@ -254,15 +278,24 @@ int BpeTokenizer::Lookup(std::string_view s) const {
 
 std::vector<int> BpeTokenizer::Encode(const std::string& text) const {
   // Normalize: optional whitespace cleanup, dummy prefix, space marker.
+  std::string valid;
+  if (replace_invalid_utf8_) {
+    for (size_t i = 0; i < text.size();) {
+      const size_t n = ValidUtf8Length(text, i);
+      valid.append(n ? text.substr(i, n) : "\xEF\xBF\xBD");
+      i += n ? n : 1;
+    }
+  }
+  const std::string& input = replace_invalid_utf8_ ? valid : text;
   std::string spaced;
   if (remove_extra_whitespaces_) {
-    for (char ch : text) {
+    for (char ch : input) {
       if (ch == ' ' && (spaced.empty() || spaced.back() == ' ')) continue;
       spaced += ch;
     }
     while (!spaced.empty() && spaced.back() == ' ') spaced.pop_back();
   } else {
-    spaced = text;
+    spaced = input;
   }
   if (spaced.empty()) return {};
   if (add_dummy_prefix_) spaced.insert(spaced.begin(), ' ');

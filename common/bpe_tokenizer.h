@@ -47,6 +47,7 @@ class BpeTokenizer : public Tokenizer {
   std::string space_marker_ = " ";   // what a space becomes before matching
   bool add_dummy_prefix_ = true;
   bool remove_extra_whitespaces_ = false;
+  bool replace_invalid_utf8_ = false;  // sentencepiece: each invalid byte becomes U+FFFD
   int unk_id_ = 0;
 };
 

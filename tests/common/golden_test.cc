@@ -1,0 +1,144 @@
+// Reference outputs from outside implementations:
+// - stories260K (llama2.c format): `specloop convert llama2c`, then greedy decoding, must give
+//   llama2.c run.c's own prompt ids and generated ids, token for token.
+// - target-6m: the PyTorch training implementation's greedy ids and top-5 log-probs (1e-4).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <c10/core/InferenceMode.h>
+#include <nlohmann/json.hpp>
+
+#include "common/generate.h"
+#include "common/llama2c_convert.h"
+#include "common/tokenizer.h"
+#include "tests/common/test_models.h"
+
+namespace specloop {
+namespace {
+
+using nlohmann::json;
+
+std::vector<json> ReadJsonl(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<json> rows;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) rows.push_back(json::parse(line));
+  }
+  return rows;
+}
+
+std::string Stories260K() { return testing::SharedDir() + "/models/stories260K"; }
+
+// Converts once per test binary.
+std::string ConvertedStories() {
+  static const std::string out = [] {
+    std::string dir = ::testing::TempDir() + "/stories260K-hf";
+    Status s = ConvertLlama2c(Stories260K() + "/stories260K.bin", Stories260K() + "/tok512.bin", dir);
+    if (!s.ok()) throw std::runtime_error(s.ToString());
+    return dir;
+  }();
+  return out;
+}
+
+TEST(Golden, Stories260KMatchesLlama2c) {
+  c10::InferenceMode guard;
+  const std::string dir = ConvertedStories();
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tok;
+  ASSERT_TRUE(LlamaModel::Load(dir, LoadOptions(), &model).ok());
+  ASSERT_TRUE(Tokenizer::Load(dir, &tok).ok());
+  auto rows = ReadJsonl(Stories260K() + "/golden-greedy.jsonl");
+  ASSERT_GE(rows.size(), 3u);
+  for (const json& g : rows) {
+    const std::string prompt = g["prompt"];
+    std::vector<int> ids = tok->Encode(prompt);
+    EXPECT_EQ(ids, g["prompt_tokens"].get<std::vector<int>>()) << prompt;
+    ids.insert(ids.begin(), model->config().bos_token_id);
+    auto expected = g["generated"].get<std::vector<int>>();
+    GenerateOptions opt;
+    opt.sampling.temperature = 0;
+    opt.max_tokens = expected.size();
+    opt.stop_at_eos = false;  // run.c stops only on BOS
+    GenerateResult r = GeneratePlain(*model, ids, opt);
+    EXPECT_EQ(r.tokens, expected) << prompt;
+    // run.c prints the prompt and continuation, decoding each id after its predecessor.
+    std::vector<int> all(ids.begin() + 1, ids.end());
+    all.insert(all.end(), r.tokens.begin(), r.tokens.end());
+    // (The golden text was saved without its trailing newline.)
+    std::string text = tok->Decode(all, model->config().bos_token_id);
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    EXPECT_EQ(text, g["text"].get<std::string>());
+  }
+}
+
+TEST(Golden, Stories260KThroughTheCommandLine) {
+  // The same check through the user's path: `specloop convert` then `specloop generate --json`.
+  const std::string dir = ::testing::TempDir() + "/stories260K-cli";
+  const std::string bin = SPECLOOP_BINARY;
+  const std::string convert = bin + " convert llama2c " + Stories260K() + "/stories260K.bin " +
+                              Stories260K() + "/tok512.bin " + dir + " 2>/dev/null";
+  ASSERT_EQ(std::system(convert.c_str()), 0);
+  const json g = ReadJsonl(Stories260K() + "/golden-greedy.jsonl").back();
+  const auto expected = g["generated"].get<std::vector<int>>();
+  const std::string cmd = bin + " generate --model " + dir + " --prompt '" +
+                          g["prompt"].get<std::string>() + "' --temperature 0 --ignore-eos --json" +
+                          " --max-tokens " + std::to_string(expected.size());
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  json r = json::parse(out);
+  EXPECT_EQ(r["tokens"].get<std::vector<int>>(), expected);
+  EXPECT_GT(r["tokens_per_second"].get<double>(), 0.0);
+  EXPECT_TRUE(r["text"].is_string());
+}
+
+TEST(Golden, Target6mMatchesPyTorchReference) {
+  c10::InferenceMode guard;
+  const std::string dir = testing::SharedDir() + "/models/target-6m";
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tok;
+  ASSERT_TRUE(LlamaModel::Load(dir, LoadOptions(), &model).ok());
+  ASSERT_TRUE(Tokenizer::Load(dir, &tok).ok());
+  auto rows = ReadJsonl(dir + "/golden-greedy.jsonl");
+  ASSERT_EQ(rows.size(), 10u);
+  int encoded_checked = 0;
+  for (const json& g : rows) {
+    auto input = g["input_ids"].get<std::vector<int>>();
+    auto expected = g["generated"].get<std::vector<int>>();
+    // Prompts under 200 tokens were not cut: our sentencepiece encoding must give their ids.
+    std::vector<int> enc = tok->Encode(g["prompt"].get<std::string>());
+    if (enc.size() < 200) {
+      enc.insert(enc.begin(), 1);
+      EXPECT_EQ(enc, input) << g["prompt"];
+      ++encoded_checked;
+    }
+    // Feed the golden ids, then the golden continuation, and compare top-5 log-probs.
+    KVCache cache = model->NewCache();
+    std::vector<int64_t> seq(input.begin(), input.end());
+    seq.insert(seq.end(), expected.begin(), expected.end() - 1);
+    at::Tensor logp = at::log_softmax(model->Forward({{&cache, seq, true}}), -1);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      at::Tensor row = logp[input.size() - 1 + i];
+      EXPECT_EQ(row.argmax().item<int64_t>(), expected[i]) << g["domain"] << " position " << i;
+      for (const auto& pair : g["top5_logprobs"][i]) {
+        EXPECT_NEAR(row[pair[0].get<int>()].item<double>(), pair[1].get<double>(), 1e-4);
+      }
+    }
+    GenerateOptions opt;
+    opt.sampling.temperature = 0;
+    opt.max_tokens = expected.size();
+    opt.stop_at_eos = false;
+    EXPECT_EQ(GeneratePlain(*model, input, opt).tokens, expected) << g["domain"];
+  }
+  EXPECT_GE(encoded_checked, 5);
+}
+
+}  // namespace
+}  // namespace specloop

@@ -1,0 +1,178 @@
+// The forward's invariants on tiny random models: incremental decoding, batching and cache
+// truncation all give the logits of one plain full forward.
+#include "common/llama_model.h"
+
+#include <gtest/gtest.h>
+
+#include <c10/core/InferenceMode.h>
+
+#include "tests/common/test_models.h"
+
+namespace specloop {
+namespace {
+
+using testing::RandomModel;
+using testing::TinyConfig;
+
+constexpr double kTol = 1e-5;  // float32 logits of magnitude ~1; different op order only
+
+std::vector<int64_t> RandomTokens(int n, int vocab, uint64_t seed) {
+  at::manual_seed(seed);
+  at::Tensor t = at::randint(vocab, {n}, at::kLong);
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+}
+
+// Logits of every position of `tokens` from one forward over a fresh cache.
+at::Tensor FullForward(const LlamaModel& m, const std::vector<int64_t>& tokens) {
+  KVCache cache = m.NewCache();
+  return m.Forward({{&cache, tokens, true}});
+}
+
+class LlamaModelTest : public ::testing::TestWithParam<bool> {  // param: tied embeddings
+ protected:
+  c10::InferenceMode guard_;
+};
+
+TEST_P(LlamaModelTest, IncrementalDecodeMatchesFullForward) {
+  auto m = RandomModel(TinyConfig(GetParam()), 1);
+  auto tokens = RandomTokens(40, m->config().vocab_size, 2);
+  at::Tensor full = FullForward(*m, tokens);
+
+  // Prefill 7, then one token at a time, then a block of 5: every row must match.
+  KVCache cache = m->NewCache(4);  // small initial capacity: exercises growth
+  std::vector<at::Tensor> rows;
+  rows.push_back(m->Forward({{&cache, {tokens.begin(), tokens.begin() + 7}, true}}));
+  for (int i = 7; i < 35; ++i) rows.push_back(m->Forward({{&cache, {tokens[i]}, false}}));
+  rows.push_back(m->Forward({{&cache, {tokens.begin() + 35, tokens.end()}, true}}));
+  at::Tensor inc = at::cat(rows, 0);
+  EXPECT_EQ(cache.length(), 40);
+  ASSERT_EQ(inc.sizes(), full.sizes());
+  EXPECT_LT((inc - full).abs().max().item<double>(), kTol);
+}
+
+TEST_P(LlamaModelTest, BatchOfDifferentLengthsMatchesEachAlone) {
+  auto m = RandomModel(TinyConfig(GetParam()), 3);
+  const int V = m->config().vocab_size;
+  // Three sequences with different cached prefixes and new-token counts.
+  std::vector<std::vector<int64_t>> seqs = {RandomTokens(20, V, 4), RandomTokens(9, V, 5),
+                                            RandomTokens(31, V, 6)};
+  std::vector<int> past = {15, 0, 30};
+  std::vector<bool> all = {true, true, false};
+
+  std::vector<KVCache> caches;
+  for (int b = 0; b < 3; ++b) {
+    caches.push_back(m->NewCache());
+    if (past[b] > 0) m->Forward({{&caches[b], {seqs[b].begin(), seqs[b].begin() + past[b]}, false}});
+  }
+  std::vector<ForwardInput> batch;
+  for (int b = 0; b < 3; ++b) {
+    batch.push_back({&caches[b], {seqs[b].begin() + past[b], seqs[b].end()}, all[b]});
+  }
+  at::Tensor batched = m->Forward(batch);
+
+  std::vector<at::Tensor> alone;
+  for (int b = 0; b < 3; ++b) {
+    at::Tensor full = FullForward(*m, seqs[b]);
+    const int64_t n = seqs[b].size() - past[b];
+    alone.push_back(all[b] ? full.narrow(0, past[b], n) : full.narrow(0, seqs[b].size() - 1, 1));
+  }
+  at::Tensor expected = at::cat(alone, 0);
+  ASSERT_EQ(batched.sizes(), expected.sizes());
+  EXPECT_LT((batched - expected).abs().max().item<double>(), kTol);
+  for (int b = 0; b < 3; ++b) EXPECT_EQ(caches[b].length(), (int64_t)seqs[b].size());
+}
+
+TEST_P(LlamaModelTest, TruncateThenRedecodeEqualsNeverDecoded) {
+  auto m = RandomModel(TinyConfig(GetParam()), 7);
+  const int V = m->config().vocab_size;
+  auto prefix = RandomTokens(12, V, 8);
+  auto rejected = RandomTokens(5, V, 9);  // a speculative block that gets rolled back
+  auto accepted = RandomTokens(6, V, 10);
+
+  KVCache cache = m->NewCache();
+  m->Forward({{&cache, prefix, false}});
+  m->Forward({{&cache, rejected, true}});
+  cache.Truncate(12);
+  EXPECT_EQ(cache.length(), 12);
+  at::Tensor after = m->Forward({{&cache, accepted, true}});
+
+  std::vector<int64_t> clean = prefix;
+  clean.insert(clean.end(), accepted.begin(), accepted.end());
+  at::Tensor expected = FullForward(*m, clean).narrow(0, 12, 6);
+  EXPECT_LT((after - expected).abs().max().item<double>(), kTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Embeddings, LlamaModelTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Tied" : "Untied"; });
+
+TEST(LlamaModel, CausalPositionsDoNotSeeTheFuture) {
+  c10::InferenceMode guard;
+  auto m = RandomModel(TinyConfig(), 11);
+  auto a = RandomTokens(10, m->config().vocab_size, 12);
+  auto b = a;
+  b[9] = (b[9] + 1) % m->config().vocab_size;  // change only the last token
+  at::Tensor la = FullForward(*m, a), lb = FullForward(*m, b);
+  EXPECT_LT((la.narrow(0, 0, 9) - lb.narrow(0, 0, 9)).abs().max().item<double>(), kTol);
+  EXPECT_GT((la[9] - lb[9]).abs().max().item<double>(), 1e-3);
+}
+
+TEST(LlamaModel, HalfPrecisionWeightsLoadAndAgree) {
+  c10::InferenceMode guard;
+  ModelConfig c = TinyConfig();
+  TensorMap w = testing::RandomLlamaWeights(c, 13);
+  auto tokens = RandomTokens(16, c.vocab_size, 14);
+  std::unique_ptr<LlamaModel> ref;
+  ASSERT_TRUE(LlamaModel::FromTensors(c, w, LoadOptions(), &ref).ok());
+  at::Tensor expected = FullForward(*ref, tokens);
+  for (auto dtype : {at::kHalf, at::kBFloat16}) {
+    TensorMap half;
+    for (auto& [k, v] : w) half[k] = v.to(dtype);
+    std::unique_ptr<LlamaModel> m;
+    ASSERT_TRUE(LlamaModel::FromTensors(c, half, LoadOptions(), &m).ok());
+    EXPECT_EQ(m->dtype(), at::kFloat);  // computed in float32 on CPU
+    // Only the weights' rounding differs: bf16 keeps 8 bits of mantissa.
+    EXPECT_LT((FullForward(*m, tokens) - expected).abs().max().item<double>(), 0.1);
+  }
+}
+
+TEST(LlamaModel, NamedWeightsRoundTripThroughSafetensors) {
+  c10::InferenceMode guard;
+  for (bool tied : {false, true}) {
+    ModelConfig c = TinyConfig(tied);
+    auto m = RandomModel(c, 15);
+    const std::string path = ::testing::TempDir() + "/roundtrip.safetensors";
+    ASSERT_TRUE(WriteSafetensors(path, m->NamedWeights()).ok());
+    TensorMap back;
+    ASSERT_TRUE(ReadSafetensors(path, &back).ok());
+    EXPECT_EQ(back.count("lm_head.weight"), tied ? 0u : 1u);
+    std::unique_ptr<LlamaModel> m2;
+    ASSERT_TRUE(LlamaModel::FromTensors(c, back, LoadOptions(), &m2).ok());
+    auto tokens = RandomTokens(8, c.vocab_size, 16);
+    EXPECT_TRUE(at::equal(FullForward(*m, tokens), FullForward(*m2, tokens)));
+  }
+}
+
+TEST(LlamaModel, ContextLimitIsEnforced) {
+  c10::InferenceMode guard;
+  ModelConfig c = TinyConfig();
+  c.max_position_embeddings = 16;
+  auto m = RandomModel(c, 17);
+  KVCache cache = m->NewCache();
+  m->Forward({{&cache, RandomTokens(15, c.vocab_size, 18), false}});
+  EXPECT_THROW(m->Forward({{&cache, {1, 2}, false}}), c10::Error);
+  EXPECT_EQ(cache.length(), 15);  // a refused forward leaves the cache as it was
+  m->Forward({{&cache, {1}, false}});
+  EXPECT_EQ(cache.length(), 16);
+}
+
+TEST(LlamaModel, OutOfVocabularyTokenIsRefused) {
+  c10::InferenceMode guard;
+  auto m = RandomModel(TinyConfig(), 19);
+  KVCache cache = m->NewCache();
+  EXPECT_THROW(m->Forward({{&cache, {5, 97}, false}}), c10::Error);
+  EXPECT_THROW(m->Forward({{&cache, {-1}, false}}), c10::Error);
+  EXPECT_EQ(cache.length(), 0);
+}
+
+}  // namespace
+}  // namespace specloop

@@ -1,0 +1,69 @@
+// Tiny random Llama models and fixture paths for tests.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "common/llama_model.h"
+#include "common/model_config.h"
+
+namespace specloop::testing {
+
+// The shared fixtures: $SPECLOOP_SHARED, else ../shared beside the source tree.
+inline std::string SharedDir() {
+  const char* env = std::getenv("SPECLOOP_SHARED");
+  return env ? env : SPECLOOP_SHARED_DIR;
+}
+
+// A small grouped-query config: 4 query heads over 2 key/value heads.
+inline ModelConfig TinyConfig(bool tied = false) {
+  ModelConfig c;
+  c.vocab_size = 97;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 128;
+  c.rms_norm_eps = 1e-5;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+// Hugging Face-named random weights for `c` (normal, std 0.1; norms around 1).
+inline TensorMap RandomLlamaWeights(const ModelConfig& c, uint64_t seed) {
+  at::manual_seed(seed);
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim;
+  const int64_t kv = c.num_key_value_heads * c.head_dim, f = c.intermediate_size;
+  auto rnd = [](std::vector<int64_t> shape) { return at::randn(shape) * 0.1; };
+  auto norm = [](int64_t n) { return 1.0 + at::randn({n}) * 0.1; };
+  TensorMap w;
+  w["model.embed_tokens.weight"] = at::randn({c.vocab_size, h});
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    w[p + "input_layernorm.weight"] = norm(h);
+    w[p + "self_attn.q_proj.weight"] = rnd({q, h});
+    w[p + "self_attn.k_proj.weight"] = rnd({kv, h});
+    w[p + "self_attn.v_proj.weight"] = rnd({kv, h});
+    w[p + "self_attn.o_proj.weight"] = rnd({h, q});
+    w[p + "post_attention_layernorm.weight"] = norm(h);
+    w[p + "mlp.gate_proj.weight"] = rnd({f, h});
+    w[p + "mlp.up_proj.weight"] = rnd({f, h});
+    w[p + "mlp.down_proj.weight"] = rnd({h, f});
+  }
+  w["model.norm.weight"] = norm(h);
+  if (!c.tie_word_embeddings) w["lm_head.weight"] = rnd({c.vocab_size, h});
+  return w;
+}
+
+inline std::unique_ptr<LlamaModel> RandomModel(const ModelConfig& c, uint64_t seed) {
+  std::unique_ptr<LlamaModel> m;
+  Status s = LlamaModel::FromTensors(c, RandomLlamaWeights(c, seed), LoadOptions(), &m);
+  if (!s.ok()) throw std::runtime_error(s.ToString());
+  return m;
+}
+
+}  // namespace specloop::testing
