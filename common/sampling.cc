@@ -67,11 +67,13 @@ void ProcessedDistribution(const float* logits, int vocab, const SamplingParams&
   // Temperature.
   probs->resize(vocab);
   float* p = probs->data();
-  const float inv_t = 1.0f / params.temperature;
+  // Divide by T rather than multiply by 1/T: for a T so small that 1/T overflows to inf, the
+  // argmax's 0 * inf would be NaN, while 0 / T is 0 (and the others' -x / T is -inf).
+  const float t = params.temperature;
   const float mx = *std::max_element(logits, logits + vocab);
   double sum = 0.0;
   for (int i = 0; i < vocab; ++i) {
-    p[i] = std::exp((logits[i] - mx) * inv_t);
+    p[i] = std::exp((logits[i] - mx) / t);
     sum += p[i];
   }
   const float inv = static_cast<float>(1.0 / sum);
