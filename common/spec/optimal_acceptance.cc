@@ -43,7 +43,8 @@ double ScanPrefixes(const std::vector<double>& p, const std::vector<int>& order,
 bool Load(int vocab, const float* target_probs, const float* draft_probs, std::vector<double>* p,
           std::vector<double>* q) {
   if (vocab <= 0 || target_probs == nullptr || draft_probs == nullptr) return false;
-  return NormalizedCopy(target_probs, vocab, p) > 0.0 && NormalizedCopy(draft_probs, vocab, q) > 0.0;
+  return NormalizedCopy(target_probs, vocab, p) > 0.0 &&
+         NormalizedCopy(draft_probs, vocab, q) > 0.0;
 }
 
 // Sums, over the ordered tuples of `len` distinct tokens from h (plus `z`) that use z exactly

@@ -5,9 +5,11 @@
 // Y is in X. The best verifier's acceptance is the optimal-transport (max-flow) value
 //   alpha* = max over couplings of (X, Y) of P(Y in X)
 //          = 1 + min over token sets H of [ p(H) - Q(all candidates lie in H) ]      (min-cut)
-// For the draft constructions here the minimising H is a prefix of the tokens sorted by
-// q(x)/p(x) descending (tokens with p = 0 first), so alpha* is one sort plus a linear scan.
-// The tests check every function against exhaustive min-cut and max-flow on tiny vocabularies.
+// Hu et al. turn alpha* into this subset selection and solve it by sorting: for the draft
+// constructions here the minimising H is a prefix of the tokens with q > 0 sorted by q(x)/p(x)
+// descending (p = 0 first), so alpha* is one sort plus a linear scan over prefixes. The tests
+// check every function against exhaustive min-cut and an independent max-flow (the primal) on
+// random tiny vocabularies, so the prefix property is verified here, not only assumed.
 // All functions normalize p and q first and REQUIRE rows with positive mass and no negative or
 // non-finite entry (they return 0 otherwise), 1 <= n, and n <= vocab where stated.
 #pragma once

@@ -114,8 +114,15 @@ TEST(ProcessedDistribution, TopPKeepsSmallestSetReachingP) {
   params.top_p = 0.97f;
   ProcessedDistribution(logits.data(), 4, params, &probs);
   EXPECT_GT(probs[3], 0.0f);
-  // Top-k first, then top-p relative to the top-k mass: top_k = 3 leaves 0.5/0.95, 0.3/0.95,
-  // 0.15/0.95; 0.8 of that needs all three (0.8/0.95 = 0.842 > 0.8 after two? yes: two suffice).
+  // Top-k first, then top-p relative to the top-k mass: top_k = 3 keeps mass 0.95, and
+  // 0.5 + 0.3 = 0.8 already reaches 0.8 * 0.95, so two tokens stay.
+  SamplingParams both;
+  both.top_k = 3;
+  both.top_p = 0.8f;
+  ProcessedDistribution(logits.data(), 4, both, &probs);
+  EXPECT_NEAR(probs[0], 0.5 / 0.8, 1e-6);
+  EXPECT_NEAR(probs[1], 0.3 / 0.8, 1e-6);
+  EXPECT_EQ(probs[2], 0.0f);
   ExpectMatches(logits, 1.0f, 3, 0.8f);
   ExpectMatches(logits, 2.0f, 3, 0.9f);
 }
