@@ -157,35 +157,58 @@ at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) co
 }
 
 at::Tensor LlamaModel::Forward(const std::vector<ForwardInput>& batch) const {
+  bool small = use_small_cpu_path_ && device().is_cpu() && dtype() == at::kFloat &&
+               !c10::GradMode::is_enabled() && !batch.empty();
+  for (const auto& in : batch) {
+    small = small && static_cast<int64_t>(in.tokens.size()) <= kSmallBlock;
+  }
+  return small ? ForwardSmallCpu(batch) : ForwardAten(batch);
+}
+
+LlamaModel::FlatBatch LlamaModel::Flatten(const std::vector<ForwardInput>& batch) const {
+  TORCH_CHECK(!batch.empty(), "Forward of an empty batch");
+  const bool training = c10::GradMode::is_enabled();
+  FlatBatch f;
+  for (const auto& in : batch) {
+    TORCH_CHECK(in.cache != nullptr && !in.tokens.empty(), "ForwardInput needs a cache and tokens");
+    const int64_t L0 = in.cache->length(), n = in.tokens.size();
+    TORCH_CHECK(!training || L0 == 0, "training forward needs empty caches");
+    TORCH_CHECK(L0 + n <= config_.max_position_embeddings, "sequence of ", L0 + n,
+                " positions exceeds the context limit ", config_.max_position_embeddings);
+    f.starts.push_back(f.ids.size());
+    f.lengths.push_back(n);
+    f.past.push_back(L0);
+    for (int64_t i = 0; i < n; ++i) {
+      TORCH_CHECK(in.tokens[i] >= 0 && in.tokens[i] < config_.vocab_size, "token id ",
+                  in.tokens[i], " outside the vocabulary of ", config_.vocab_size);
+      if (in.all_logits || i == n - 1) f.out_rows.push_back(f.ids.size());
+      f.ids.push_back(in.tokens[i]);
+      f.positions.push_back(L0 + i);
+    }
+  }
+  // Only now, with every input checked, grow the caches.
+  for (const auto& in : batch) {
+    in.cache->Reserve(in.cache->length() + in.tokens.size(), config_.max_position_embeddings);
+  }
+  return f;
+}
+
+at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const {
   const auto& c = config_;
   const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim;
   const int64_t G = H / KVH, F = c.intermediate_size;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   const bool training = c10::GradMode::is_enabled();
-  TORCH_CHECK(!batch.empty(), "Forward of an empty batch");
 
-  // Flatten all new tokens into one [N] sequence; remember where each input's rows start.
-  std::vector<int64_t> ids, positions, starts, lengths, past, out_rows;
-  for (const auto& in : batch) {
-    TORCH_CHECK(in.cache != nullptr && !in.tokens.empty(), "ForwardInput needs a cache and tokens");
-    const int64_t L0 = in.cache->length(), n = in.tokens.size();
-    TORCH_CHECK(!training || L0 == 0, "training forward needs empty caches");
-    in.cache->Reserve(L0 + n, c.max_position_embeddings);
-    starts.push_back(ids.size());
-    lengths.push_back(n);
-    past.push_back(L0);
-    for (int64_t i = 0; i < n; ++i) {
-      TORCH_CHECK(in.tokens[i] >= 0 && in.tokens[i] < c.vocab_size, "token id ", in.tokens[i],
-                  " outside the vocabulary of ", c.vocab_size);
-      if (in.all_logits || i == n - 1) out_rows.push_back(ids.size());
-      ids.push_back(in.tokens[i]);
-      positions.push_back(L0 + i);
-    }
-  }
-  const int64_t N = ids.size();
+  FlatBatch f = Flatten(batch);
+  const auto& starts = f.starts;
+  const auto& lengths = f.lengths;
+  const auto& past = f.past;
+  auto& out_rows = f.out_rows;
+  const int64_t N = f.ids.size();
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
-  at::Tensor tok = at::from_blob(ids.data(), {N}, long_opts).to(device());
-  at::Tensor pos = at::from_blob(positions.data(), {N}, long_opts).to(device());
+  at::Tensor tok = at::from_blob(f.ids.data(), {N}, long_opts).to(device());
+  at::Tensor pos = at::from_blob(f.positions.data(), {N}, long_opts).to(device());
   at::Tensor cos = rope_cos_.index_select(0, pos).unsqueeze(1);  // [N, 1, 2, D/2]
   at::Tensor sin = rope_sin_.index_select(0, pos).unsqueeze(1);
 

@@ -77,8 +77,26 @@ class LlamaModel {
     at::Tensor w_gate_up;  // [2 * intermediate, hidden]: gate, up stacked
     at::Tensor w_down;     // [hidden, intermediate]
   };
+  // The new tokens of a batch, flattened; see Flatten().
+  struct FlatBatch {
+    std::vector<int64_t> ids, positions;  // [N]: every new token and its position
+    std::vector<int64_t> starts, lengths, past;  // per input: first row, new tokens, cached
+    std::vector<int64_t> out_rows;        // rows whose logits are returned
+  };
+  // Checks token ids and limits (throws c10::Error, leaving caches unchanged) and makes room
+  // in every cache.
+  FlatBatch Flatten(const std::vector<ForwardInput>& batch) const;
+
   LlamaModel() = default;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
+  // Forward() over LibTorch operators: any device, any block size, autograd.
+  at::Tensor ForwardAten(const std::vector<ForwardInput>& batch) const;
+  // Forward() for float32 CPU inference on blocks of at most kSmallBlock new tokens per input
+  // (decode, verification of k+1 positions): BLAS for the matmuls, plain loops for the rest,
+  // which on small models costs a fraction of LibTorch's per-operator overhead
+  // (llama_forward_cpu.cc). Same results as ForwardAten to float rounding.
+  at::Tensor ForwardSmallCpu(const std::vector<ForwardInput>& batch) const;
+  static constexpr int64_t kSmallBlock = 16;
 
   ModelConfig config_;
   at::Tensor embed_;       // [vocab, hidden]
@@ -87,6 +105,14 @@ class LlamaModel {
   at::Tensor lm_head_;     // [vocab, hidden]; the same tensor as embed_ when tied
   at::Tensor rope_cos_;    // [max_positions, 2, head_dim / 2]
   at::Tensor rope_sin_;    // [max_positions, 2, head_dim / 2]: -sin on the first half
+
+ public:
+  // Routes to ForwardAten (false) or ForwardSmallCpu (true, when eligible). Default: true.
+  // Tests turn it off to compare the two.
+  void set_use_small_cpu_path(bool on) { use_small_cpu_path_ = on; }
+
+ private:
+  bool use_small_cpu_path_ = true;
 };
 
 }  // namespace specloop

@@ -1,7 +1,7 @@
 // `specloop generate`: decoding from the command line.
 #include <iostream>
 
-#include <ATen/Parallel.h>
+#include "common/threads.h"
 #include <nlohmann/json.hpp>
 
 #include "common/generate.h"
@@ -89,7 +89,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS");
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->callback([a, exit_code] {
-    at::set_num_threads(a->threads);
+    SetComputeThreads(a->threads);
     *exit_code = RunGenerate(*a);
   });
 }
