@@ -2,6 +2,7 @@
 //
 //   "default"    record key -> encoded record (buffer/record_codec.h)
 //   "by_domain"  domain + '\0' + record key -> "" (index: one domain in time order)
+//   "meta"       "next_seq" -> big-endian fixed64: one past the largest seq written
 //
 // record key = big-endian fixed64 time_us | big-endian fixed32 worker_id | big-endian fixed64 seq
 // (20 bytes), so byte order is time order and a time range is a key range. `seq` is the
@@ -16,6 +17,8 @@ namespace specloop {
 
 constexpr size_t kRecordKeySize = 20;
 constexpr const char* kIndexColumnFamily = "by_domain";
+constexpr const char* kMetaColumnFamily = "meta";
+constexpr const char* kNextSeqKey = "next_seq";
 
 std::string RecordKey(uint64_t time_us, uint32_t worker_id, uint64_t seq);
 // The 8-byte prefix of every record key at `time_us`: record keys >= TimeKey(t) have time >= t.

@@ -1,0 +1,127 @@
+// ReplayReader: the trainer's read-only view of one or more buffer directories, each opened as
+// a RocksDB secondary instance (the serving workers keep writing as primaries). CatchUp()
+// (or a background thread, ReaderOptions::catch_up_interval_ms) makes records the primaries
+// wrote since visible.
+//
+// Reads never scan everything: a time range is a key range of the records, a domain is a key
+// range of the by_domain index (buffer/keys.h). Sampling draws from an in-memory catalog of
+// record keys (about 60 bytes per record) kept current by CatchUp().
+//
+// Thread safety: all methods may be called concurrently.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "buffer/record.h"
+#include "common/rng.h"
+#include "common/status.h"
+
+namespace specloop {
+
+struct ReaderOptions {
+  // Where the secondary instances keep their own files (one subdirectory per buffer).
+  // Empty: a fresh directory under $TMPDIR, removed when the reader is destroyed.
+  // Default: empty.
+  std::string secondary_root;
+  // Period of the background catch-up thread; 0: only explicit CatchUp() calls. Default: 0.
+  uint32_t catch_up_interval_ms = 0;
+};
+
+struct ScanOptions {
+  // Records with since_us <= time_us < until_us. Default: all.
+  uint64_t since_us = 0;
+  uint64_t until_us = std::numeric_limits<uint64_t>::max();
+  // Only this domain (read through the index); nullopt: every domain. Default: nullopt.
+  std::optional<std::string> domain;
+};
+
+struct SampleOptions {
+  // Records per batch. Default: 32.
+  size_t batch_size = 32;
+  // Each record of a batch first draws a domain with probability proportional to its weight
+  // (domains missing here weigh default_domain_weight; weight 0 excludes a domain), then a
+  // record of that domain with weight 2^(-age / half_life), age measured from the domain's
+  // newest record. half_life_seconds = 0 means uniform within the domain. Draws are with
+  // replacement.
+  std::map<std::string, double> domain_weights;
+  double default_domain_weight = 1.0;
+  double half_life_seconds = 0.0;
+};
+
+class ReplayReader {
+ public:
+  // Opens every directory in `dirs` as a secondary and catches up once. NotFound/IOError when
+  // a directory is not a buffer.
+  static Status Open(const ReaderOptions& options, const std::vector<std::string>& dirs,
+                     std::unique_ptr<ReplayReader>* reader);
+  ~ReplayReader();
+  ReplayReader(const ReplayReader&) = delete;
+  ReplayReader& operator=(const ReplayReader&) = delete;
+
+  // Catches every secondary up with its primary, then brings the sampling catalog up to date
+  // (new records in, records dropped by retention out).
+  Status CatchUp();
+
+  // Calls visit(dir_index, record) for every matching record in time order (merged across
+  // directories; ties in directory order) until it returns false. Corrupt records end the
+  // scan with Corruption.
+  using Visitor = std::function<bool(size_t dir_index, const Record& record)>;
+  Status Scan(const ScanOptions& options, const Visitor& visit);
+
+  // Replaces *batch with options.batch_size records drawn as SampleOptions describes, using
+  // `rng` (the same catalog, options and seed give the same batch). NotFound when no record
+  // has positive weight. Records that retention removed since the last CatchUp() are redrawn.
+  Status Sample(const SampleOptions& options, Rng* rng, std::vector<Record>* batch);
+
+  // Records per domain in the catalog (as of the last CatchUp()).
+  std::map<std::string, uint64_t> DomainCounts() const;
+  uint64_t num_records() const;
+  // Records decoded by Scan() and Sample() so far (shows that reads touch only what they
+  // return).
+  uint64_t records_decoded() const { return records_decoded_.load(); }
+
+ private:
+  struct Dir;
+  struct Entry {
+    uint64_t time_us;
+    uint32_t dir;
+    char key[20];
+  };
+  struct DomainCatalog {
+    std::vector<Entry> entries;  // sorted by (time_us, dir, key)
+    std::vector<double> cum;     // recency prefix sums, valid when cum_half_life matches
+    double cum_half_life = -1;
+  };
+
+  ReplayReader() = default;
+  Status RefreshCatalog();  // REQUIRES: catch_up_mu_ held
+  Status ReadRecord(size_t dir, const std::string& key, Record* record);
+  void CatchUpLoop();
+
+  ReaderOptions options_;
+  std::string secondary_root_;
+  bool owns_secondary_root_ = false;
+  std::vector<std::unique_ptr<Dir>> dirs_;
+  std::atomic<uint64_t> records_decoded_{0};
+
+  std::mutex catch_up_mu_;    // serializes CatchUp()
+  mutable std::mutex mu_;     // guards catalog_
+  std::map<std::string, DomainCatalog> catalog_;  // GUARDED_BY(mu_)
+
+  std::condition_variable stop_cv_;
+  bool stop_ = false;  // GUARDED_BY(mu_)
+  std::thread catch_up_thread_;
+};
+
+}  // namespace specloop
