@@ -11,6 +11,7 @@ PACKAGES=(
   libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libsentencepiece-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  prometheus                                   # promtool checks the metrics exposition
 )
 
 missing=()
