@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "buffer/buffer_tools.h"
+#include "serve/commands.h"
 
 namespace specloop {
 

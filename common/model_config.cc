@@ -141,6 +141,17 @@ std::string ModelConfig::ToJson() const {
   return j.dump(2) + "\n";
 }
 
+Status CheckDraftCompatible(const ModelConfig& target, const ModelConfig& draft) {
+  if (target.vocab_size != draft.vocab_size) {
+    return Status::InvalidArgument("draft vocabulary of " + std::to_string(draft.vocab_size) +
+                                   " tokens, target's of " + std::to_string(target.vocab_size));
+  }
+  if (target.bos_token_id != draft.bos_token_id || target.eos_token_ids != draft.eos_token_ids) {
+    return Status::InvalidArgument("draft and target disagree on BOS/EOS ids");
+  }
+  return Status::OK();
+}
+
 bool ModelConfig::IsEos(int token) const {
   for (int e : eos_token_ids) {
     if (e == token) return true;

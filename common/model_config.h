@@ -42,6 +42,11 @@ struct ModelConfig {
   int group_size() const { return num_attention_heads / num_key_value_heads; }
 };
 
+// OK when a draft can propose for the target: the same vocabulary size and special ids
+// (speculative decoding compares their distributions token by token). InvalidArgument names
+// the mismatch.
+Status CheckDraftCompatible(const ModelConfig& target, const ModelConfig& draft);
+
 // Reads a whole file into `out`.
 Status ReadFileToString(const std::string& path, std::string* out);
 

@@ -4,7 +4,10 @@
 #include "common/threads.h"
 #include <nlohmann/json.hpp>
 
+#include "common/draft_model_proposer.h"
 #include "common/generate.h"
+#include "common/prompt_lookup_proposer.h"
+#include "common/speculative_decoder.h"
 #include "common/tokenizer.h"
 #include "serve/commands.h"
 
@@ -14,6 +17,9 @@ namespace {
 
 struct GenerateArgs {
   std::string model, prompt, device = "cpu";
+  std::string draft, k = "4", draft_mode = "chain";
+  bool prompt_lookup = false;
+  float min_confidence = 0.0f;
   int max_tokens = 128, top_k = 0, threads = 1;
   float temperature = 1.0f, top_p = 1.0f;
   uint64_t seed = 0;
@@ -48,7 +54,53 @@ int RunGenerate(const GenerateArgs& a) {
     return 2;
   }
 
-  GenerateResult r = GeneratePlain(*model, prompt, opt);
+  // Speculative decoding when a draft model or prompt lookup is asked for.
+  const bool speculative = !a.draft.empty() || a.prompt_lookup;
+  std::unique_ptr<LlamaModel> draft;
+  std::unique_ptr<Proposer> model_proposer, lookup_proposer, fallback;
+  Proposer* proposer = nullptr;
+  SpeculationPolicy policy;
+  SpeculativeOptions spec_opt;
+  if (!a.draft.empty()) {
+    Status ds = LlamaModel::Load(a.draft, load, &draft);
+    if (ds.ok()) ds = CheckDraftCompatible(c, draft->config());
+    if (!ds.ok()) {
+      std::cerr << "specloop generate: --draft: " << ds.ToString() << "\n";
+      return 1;
+    }
+    model_proposer =
+        std::make_unique<DraftModelProposer>(draft.get(), opt.sampling, a.min_confidence);
+    proposer = model_proposer.get();
+  }
+  if (a.prompt_lookup) {
+    lookup_proposer = std::make_unique<PromptLookupProposer>(c.vocab_size, opt.sampling.greedy());
+    proposer = lookup_proposer.get();
+  }
+  if (model_proposer && lookup_proposer) {
+    fallback = std::make_unique<FallbackProposer>(lookup_proposer.get(), model_proposer.get());
+    proposer = fallback.get();
+  }
+  if (speculative) {
+    spec_opt.generate = opt;
+    if (a.k == "auto") {
+      spec_opt.policy = &policy;
+      CalibrateSpeculationPolicy(*model, draft.get(), SpeculationPolicyOptions().k_max, &policy);
+    } else {
+      try {
+        spec_opt.k = std::stoi(a.k);
+      } catch (const std::exception&) {
+        spec_opt.k = -1;
+      }
+      if (spec_opt.k < 0) {
+        std::cerr << "specloop generate: --k takes a number >= 0 or auto\n";
+        return 2;
+      }
+    }
+  }
+  SpeculativeStats stats;
+  GenerateResult r = speculative
+                         ? GenerateSpeculative(*model, proposer, prompt, spec_opt, &stats)
+                         : GeneratePlain(*model, prompt, opt);
   std::vector<int> shown = r.tokens;
   if (r.hit_eos) shown.pop_back();
   const std::string text = tokenizer->Decode(shown, prompt.back());
@@ -64,6 +116,15 @@ int RunGenerate(const GenerateArgs& a) {
         {"prefill_seconds", r.prefill_seconds},
         {"decode_seconds", r.decode_seconds},
     };
+    if (speculative) {
+      j["drafted"] = stats.drafted;
+      j["accepted"] = stats.accepted;
+      j["acceptance_rate"] = stats.acceptance_rate();
+      j["tokens_per_step"] = stats.tokens_per_step();
+      j["k_mean"] = stats.k_mean();
+      j["steps"] = stats.steps;
+      j["accepted_per_position"] = stats.accepted_at;
+    }
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << a.prompt << text << "\n";
@@ -86,6 +147,16 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--threads", a->threads, "intra-op threads")->capture_default_str();
+  cmd->add_option("--draft", a->draft, "draft model directory: speculative decoding");
+  cmd->add_option("--k", a->k, "draft tokens per step: a number, or auto")->capture_default_str();
+  cmd->add_option("--draft-mode", a->draft_mode, "chain")
+      ->check(CLI::IsMember({"chain"}))
+      ->capture_default_str();
+  cmd->add_flag("--prompt-lookup", a->prompt_lookup,
+                "draft by n-gram match against the context (with --draft: the draft model where no n-gram matches)");
+  cmd->add_option("--min-confidence", a->min_confidence,
+                  "stop a draft block before a token the draft gives less probability")
+      ->capture_default_str();
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS");
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->callback([a, exit_code] {

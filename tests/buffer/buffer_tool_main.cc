@@ -1,10 +1,6 @@
 // A host for `specloop buffer ...` alone (same AddBufferCommand as the specloop binary), so the
 // CLI tests do not need the LibTorch build.
-#include <CLI/CLI.hpp>
-
-namespace specloop {
-void AddBufferCommand(CLI::App& app, int* exit_code);
-}
+#include "serve/commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"specloop buffer tools"};

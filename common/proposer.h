@@ -1,0 +1,60 @@
+// Proposer: where draft tokens come from. Correctness never depends on the proposer (the
+// verifier makes the output follow the target exactly); only speed does.
+//
+// Shaped like llama.cpp's common_speculative (begin/draft/accept) and vLLM's proposers: one
+// object per sequence, told the committed context before each proposal.
+#pragma once
+
+#include <vector>
+
+namespace specloop {
+
+// A block of draft tokens for one sequence.
+struct DraftBlock {
+  std::vector<int> tokens;   // [k] proposed continuation, k may be 0
+  // [k, vocab] row-major: q_i, the processed distribution tokens[i] was drawn from. Empty under
+  // greedy decoding, where verification needs no q.
+  std::vector<float> probs;
+  void Clear() {
+    tokens.clear();
+    probs.clear();
+  }
+};
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+
+  // Proposes at most `max_k` tokens continuing `context` (every token of the sequence so far,
+  // prompt included). Rejected drafts of an earlier call are not in `context`: a stateful
+  // proposer rolls its own state back to the longest prefix it shares with `context`.
+  virtual void Propose(const std::vector<int>& context, int max_k, DraftBlock* out) = 0;
+
+  // Seconds spent in the last Propose() on model forwards (0 for free proposers): the cost
+  // model of adaptive speculation reads it.
+  virtual double last_propose_seconds() const { return 0.0; }
+};
+
+// Asks `first` (e.g. free prompt lookup) and, when it proposes nothing, `second` (e.g. the draft
+// model). Both must outlive this object.
+class FallbackProposer : public Proposer {
+ public:
+  FallbackProposer(Proposer* first, Proposer* second) : first_(first), second_(second) {}
+
+  void Propose(const std::vector<int>& context, int max_k, DraftBlock* out) override {
+    first_->Propose(context, max_k, out);
+    seconds_ = first_->last_propose_seconds();
+    if (out->tokens.empty()) {
+      second_->Propose(context, max_k, out);
+      seconds_ += second_->last_propose_seconds();
+    }
+  }
+  double last_propose_seconds() const override { return seconds_; }
+
+ private:
+  Proposer* first_;
+  Proposer* second_;
+  double seconds_ = 0.0;
+};
+
+}  // namespace specloop

@@ -1,0 +1,77 @@
+// SpeculationPolicy: picks the speculation length k in [0, k_max] that maximizes expected tokens
+// per unit of time (DESIGN.md section 4):
+//
+//   tokens(k) = tau(alpha, k) = (1 - alpha^(k+1)) / (1 - alpha)      (k = 0: one token)
+//   time(k)   = k * draft_seconds + target_seconds(k + 1)
+//
+// from measured quantities: alpha (per-token acceptance over a recent window), the draft's
+// seconds per drafted token, and the target's seconds per forward of n positions, kept per n
+// (seeded by a calibration run, refined by every observed forward; unmeasured n interpolated).
+// k = 0 (plain decoding) is chosen where nothing beats it; while at 0, every probe_interval-th
+// choice still speculates so that acceptance keeps being measured (it may recover, e.g. after
+// a new draft). Pure logic; the caller times forwards and reports them. One policy per domain
+// (or per request). Not thread-safe.
+#pragma once
+
+#include <vector>
+
+namespace specloop {
+
+struct SpeculationPolicyOptions {
+  // Largest k considered. Default: 8.
+  int k_max = 8;
+  // Half-life, in observed speculative steps, of the alpha and cost estimates. Default: 32.
+  double half_life_steps = 32.0;
+  // Alpha assumed before any observation. Default: 0.6.
+  double prior_alpha = 0.6;
+  // Weight, in draft tokens, of that prior. Default: 8.
+  double prior_weight = 8.0;
+  // While k = 0 wins, speculate anyway once every this many choices. Default: 16.
+  int probe_interval = 16;
+};
+
+class SpeculationPolicy {
+ public:
+  explicit SpeculationPolicy(const SpeculationPolicyOptions& options = {});
+
+  // One verification step: `drafted` tokens proposed, the first `accepted` of them accepted.
+  // Acceptance is estimated as a geometric success rate: `accepted` successes and, when
+  // accepted < drafted, one failure (positions after the first rejection were never tested).
+  void ObserveStep(int drafted, int accepted);
+  // Seconds the target took for one forward of `positions` new tokens of one sequence.
+  void ObserveTarget(int positions, double seconds);
+  // Seconds the proposer took to draft `tokens` tokens (skip free proposers).
+  void ObserveDraft(int tokens, double seconds);
+
+  // The k with the highest expected tokens per second; 0 when speculation does not pay (but
+  // see probe_interval). Before any target or draft cost is known: k_max / 2.
+  int ChooseK();
+
+  double alpha() const;
+  double draft_seconds_per_token() const;
+  // Target seconds for a forward of `positions` new tokens: measured, else interpolated
+  // between the nearest measured sizes (extrapolated flat); 0 when nothing is measured.
+  double target_seconds(int positions) const;
+  // Expected tokens per second at speculation length k under the current estimates.
+  double ExpectedRate(int k) const;
+
+  // Sets a cost estimate directly (a calibration run), replacing what was observed.
+  void SeedTarget(int positions, double seconds);
+  void SeedDraft(double seconds_per_token);
+
+ private:
+  SpeculationPolicyOptions options_;
+  double decay_;  // per-observation weight kept: 0.5^(1 / half_life)
+  // Acceptance: decayed counts of successes and failures.
+  double successes_, failures_;
+  // Target cost per block size n = 1..k_max + 1 (index n); 0 = not measured.
+  std::vector<double> target_cost_;
+  // Draft cost: decayed sums of seconds and tokens.
+  double draft_s_ = 0, draft_n_ = 0;
+  int zero_streak_ = 0;  // consecutive choices of k = 0
+};
+
+// Expected tokens emitted per verification step at acceptance alpha and length k.
+double ExpectedTokensPerStep(double alpha, int k);
+
+}  // namespace specloop

@@ -1,0 +1,181 @@
+#include "common/speculative_decoder.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <c10/core/InferenceMode.h>
+
+
+namespace specloop {
+
+using Clock = std::chrono::steady_clock;
+
+void SpeculativeStats::Add(const SpeculativeStats& o) {
+  steps += o.steps;
+  drafted += o.drafted;
+  accepted += o.accepted;
+  emitted += o.emitted;
+  k_sum += o.k_sum;
+  if (accepted_at.size() < o.accepted_at.size()) accepted_at.resize(o.accepted_at.size());
+  for (size_t i = 0; i < o.accepted_at.size(); ++i) accepted_at[i] += o.accepted_at[i];
+}
+
+SpeculativeDecoder::SpeculativeDecoder(const LlamaModel* target, Proposer* proposer,
+                                       std::vector<int> prompt, const GenerateOptions& options)
+    : target_(target),
+      proposer_(proposer),
+      options_(options),
+      rng_(options.sampling.seed),
+      cache_(target->NewCache(prompt.size() + options.max_tokens + 16)),
+      tokens_(std::move(prompt)),
+      prompt_len_(tokens_.size()),
+      verifier_(&spec::VerifyChain) {
+  c10::InferenceMode guard;
+  TORCH_CHECK(!tokens_.empty(), "empty prompt");
+  finished_ = options_.max_tokens <= 0;
+  // Prefill all but the last prompt token: the last one is fed with the first draft block.
+  if (tokens_.size() > 1) {
+    std::vector<int64_t> feed(tokens_.begin(), tokens_.end() - 1);
+    target_->Forward({{&cache_, std::move(feed), false}});
+    cached_.assign(tokens_.begin(), tokens_.end() - 1);
+  }
+}
+
+std::vector<int> SpeculativeDecoder::generated() const {
+  return std::vector<int>(tokens_.begin() + prompt_len_, tokens_.end());
+}
+
+void SpeculativeDecoder::Propose(int k) {
+  const int limit = target_->config().max_position_embeddings;
+  // Room for the pending token and k drafts in the target's cache.
+  k = std::max(0, std::min(k, limit - static_cast<int>(cached_.size()) - 1));
+  last_k_ = k;
+  proposer_->Propose(tokens_, k, &draft_);
+  if (static_cast<int>(draft_.tokens.size()) > k) draft_.tokens.resize(k);  // defensive
+}
+
+ForwardInput SpeculativeDecoder::TargetInput() {
+  std::vector<int64_t> feed(tokens_.begin() + cached_.size(), tokens_.end());
+  feed.insert(feed.end(), draft_.tokens.begin(), draft_.tokens.end());
+  return {&cache_, std::move(feed), true};
+}
+
+std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
+  const int V = target_->config().vocab_size;
+  const int k = static_cast<int>(draft_.tokens.size());
+  // The rows that matter: the last k + 1 (earlier ones, if any, scored catch-up tokens).
+  at::Tensor rows = logits.narrow(0, logits.size(0) - (k + 1), k + 1).contiguous();
+  const float* r = rows.data_ptr<float>();
+  spec::ChainOutcome outcome;
+  Status s;
+  if (options_.sampling.greedy()) {
+    s = spec::VerifyChainGreedy(k, V, draft_.tokens.data(), r, &outcome);
+  } else {
+    p_.resize(static_cast<size_t>(k + 1) * V);
+    std::vector<float> row;
+    for (int i = 0; i <= k; ++i) {
+      ProcessedDistribution(r + static_cast<size_t>(i) * V, V, options_.sampling, &row);
+      std::copy(row.begin(), row.end(), p_.begin() + static_cast<size_t>(i) * V);
+    }
+    s = verifier_(k, V, draft_.tokens.data(), draft_.probs.data(), p_.data(), &rng_, &outcome);
+  }
+  TORCH_CHECK(s.ok(), "verification failed: ", s.ToString());
+
+  // What the target's cache now holds: the catch-up tokens and the whole draft block.
+  const size_t before = tokens_.size();
+  cached_.insert(cached_.end(), tokens_.begin() + cached_.size(), tokens_.end());
+  cached_.insert(cached_.end(), draft_.tokens.begin(), draft_.tokens.end());
+
+  last_accepted_ = outcome.num_accepted;
+  stats_.steps++;
+  stats_.drafted += k;
+  stats_.accepted += outcome.num_accepted;
+  stats_.emitted += outcome.tokens.size();
+  stats_.k_sum += last_k_;
+  if (static_cast<int>(stats_.accepted_at.size()) < k) stats_.accepted_at.resize(k);
+  for (int i = 0; i < outcome.num_accepted; ++i) stats_.accepted_at[i]++;
+
+  // Emit, cutting at EOS, max_tokens and the context limit.
+  const int limit = target_->config().max_position_embeddings;
+  std::vector<int> emitted;
+  for (int t : outcome.tokens) {
+    tokens_.push_back(t);
+    emitted.push_back(t);
+    const size_t generated = tokens_.size() - prompt_len_;
+    if (options_.stop_at_eos && target_->config().IsEos(t)) {
+      hit_eos_ = finished_ = true;
+      break;
+    }
+    if (generated >= static_cast<size_t>(options_.max_tokens) ||
+        tokens_.size() >= static_cast<size_t>(limit)) {
+      finished_ = true;
+      break;
+    }
+  }
+  // Roll the cache back to the longest prefix it shares with the committed tokens.
+  size_t keep = before - 1;  // everything before the old pending token was committed already
+  while (keep < cached_.size() && keep < tokens_.size() && cached_[keep] == tokens_[keep]) ++keep;
+  keep = std::min(keep, tokens_.size() - 1);  // the new pending token stays out
+  cache_.Truncate(keep);
+  cached_.resize(keep);
+  return emitted;
+}
+
+GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
+                                   const std::vector<int>& prompt,
+                                   const SpeculativeOptions& options, SpeculativeStats* stats) {
+  c10::InferenceMode guard;
+  GenerateResult r;
+  auto t0 = Clock::now();
+  SpeculativeDecoder dec(&target, proposer, prompt, options.generate);
+  bool first = true;
+  while (!dec.finished()) {
+    const int k = options.policy ? options.policy->ChooseK() : options.k;
+    dec.Propose(k);
+    ForwardInput in = dec.TargetInput();
+    const int positions = in.tokens.size();
+    const auto f0 = Clock::now();
+    at::Tensor logits = target.Forward({std::move(in)}).to(at::kCPU);
+    const double forward_s = std::chrono::duration<double>(Clock::now() - f0).count();
+    dec.Commit(logits);
+    if (options.policy) {
+      const int drafted = dec.draft().tokens.size();
+      options.policy->ObserveTarget(positions, forward_s);
+      options.policy->ObserveDraft(drafted, proposer->last_propose_seconds());
+      options.policy->ObserveStep(drafted, dec.last_accepted());
+    }
+    if (first) {
+      auto t1 = Clock::now();
+      r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+      t0 = t1;
+      first = false;
+    }
+  }
+  r.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.tokens = dec.generated();
+  r.hit_eos = dec.hit_eos();
+  if (stats) *stats = dec.stats();
+  return r;
+}
+
+void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draft, int k_max,
+                                SpeculationPolicy* policy) {
+  c10::InferenceMode guard;
+  auto median_seconds = [](const LlamaModel& m, int n) {
+    KVCache cache = m.NewCache(64);
+    m.Forward({{&cache, std::vector<int64_t>(32, 3), false}});
+    std::vector<double> t;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = Clock::now();
+      m.Forward({{&cache, std::vector<int64_t>(n, 3), true}});
+      t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      cache.Truncate(32);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  for (int n = 1; n <= k_max + 1; ++n) policy->SeedTarget(n, median_seconds(target, n));
+  policy->SeedDraft(draft ? median_seconds(*draft, 1) : 0.0);
+}
+
+}  // namespace specloop

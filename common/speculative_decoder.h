@@ -1,0 +1,108 @@
+// SpeculativeDecoder: speculative decoding of one sequence, in three phases per step so that a
+// scheduler can batch the target's verification across sequences:
+//
+//   Propose(k)     the proposer drafts up to k tokens;
+//   TargetInput()  the target forward this step needs: the pending token plus the drafts, all
+//                  k + 1 rows of logits;
+//   Commit(rows)   verification (common/spec: exact rejection sampling, or greedy) over those
+//                  rows; emits accepted drafts plus one recovered or bonus token, and rolls the
+//                  target's cache back past rejected drafts.
+//
+// The emitted sequence follows the target's processed distribution exactly (greedy: equals the
+// target's own greedy decoding), whatever the proposer drafts.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/generate.h"
+#include "common/llama_model.h"
+#include "common/proposer.h"
+#include "common/spec/chain_verify.h"
+#include "common/speculation_policy.h"
+
+namespace specloop {
+
+struct SpeculativeStats {
+  int64_t steps = 0;     // verification steps (target forwards after the prompt)
+  int64_t drafted = 0;   // draft tokens proposed
+  int64_t accepted = 0;  // draft tokens accepted
+  int64_t emitted = 0;   // tokens emitted by the steps (accepted + one per step, before cuts)
+  int64_t k_sum = 0;     // sum of the k asked for, for the mean
+  std::vector<int64_t> accepted_at;  // [i]: steps whose draft token i was accepted
+
+  double acceptance_rate() const { return drafted ? double(accepted) / drafted : 0.0; }
+  // Mean tokens per target forward: 1 + mean accepted per step (vLLM's acceptance length).
+  double tokens_per_step() const { return steps ? double(emitted) / steps : 0.0; }
+  double k_mean() const { return steps ? double(k_sum) / steps : 0.0; }
+  void Add(const SpeculativeStats& o);
+};
+
+class SpeculativeDecoder {
+ public:
+  // Runs the prompt through the target (REQUIRES: non-empty, shorter than the context limit).
+  // `target` and `proposer` must outlive the decoder.
+  SpeculativeDecoder(const LlamaModel* target, Proposer* proposer, std::vector<int> prompt,
+                     const GenerateOptions& options);
+
+  bool finished() const { return finished_; }
+  // Generated tokens so far (prompt excluded).
+  std::vector<int> generated() const;
+  const std::vector<int>& tokens() const { return tokens_; }
+  bool hit_eos() const { return hit_eos_; }
+  const SpeculativeStats& stats() const { return stats_; }
+  const DraftBlock& draft() const { return draft_; }
+  // Draft tokens accepted by the last Commit().
+  int last_accepted() const { return last_accepted_; }
+
+  // The random verifier (default spec::VerifyChain). Tests swap in a wrong one to show that
+  // their statistics catch it.
+  using ChainVerifier = Status (*)(int k, int vocab, const int* draft_tokens,
+                                   const float* draft_probs, const float* target_probs, Rng* rng,
+                                   spec::ChainOutcome* out);
+  void set_verifier_for_testing(ChainVerifier v) { verifier_ = v; }
+
+  // REQUIRES: !finished(). k is capped by the context left.
+  void Propose(int k);
+  ForwardInput TargetInput();
+  // `rows`: [k + 1, vocab] float32 CPU logits, this sequence's rows of the forward of
+  // TargetInput(). Returns the tokens emitted by this step (after EOS / max_tokens cuts).
+  std::vector<int> Commit(const at::Tensor& rows);
+
+ private:
+  const LlamaModel* target_;
+  Proposer* proposer_;
+  GenerateOptions options_;
+  Rng rng_;
+  KVCache cache_;
+  std::vector<int> tokens_;  // prompt + generated; the last one is pending (not in cache_)
+  size_t prompt_len_;
+  std::vector<int> cached_;  // the tokens in cache_
+  DraftBlock draft_;
+  std::vector<float> p_;     // scratch: processed target rows
+  bool finished_ = false, hit_eos_ = false;
+  SpeculativeStats stats_;
+  int last_k_ = 0;
+  int last_accepted_ = 0;
+  ChainVerifier verifier_;
+};
+
+struct SpeculativeOptions {
+  GenerateOptions generate;
+  // Fixed speculation length, used when `policy` is null. Default: 4.
+  int k = 4;
+  // Adaptive length (not owned); it is fed this request's measurements.
+  SpeculationPolicy* policy = nullptr;
+};
+
+// Decodes one sequence speculatively from `prompt` (BOS included). Timings as GeneratePlain.
+GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
+                                   const std::vector<int>& prompt,
+                                   const SpeculativeOptions& options, SpeculativeStats* stats);
+
+// Times target forwards of 1 .. k_max + 1 positions and one draft token (`draft` may be null
+// for free proposers) and seeds `policy` with them.
+void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draft, int k_max,
+                                SpeculationPolicy* policy);
+
+}  // namespace specloop

@@ -1,0 +1,236 @@
+// Speculative decoding end to end: greedy output equals plain greedy output on the fixture
+// models, and sampled output follows the target's distribution exactly on tiny models.
+#include "common/speculative_decoder.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include <c10/core/InferenceMode.h>
+#include <nlohmann/json.hpp>
+
+#include "common/draft_model_proposer.h"
+#include "common/prompt_lookup_proposer.h"
+#include "common/tokenizer.h"
+#include "tests/common/test_models.h"
+#include "tests/spec/stat_util.h"
+
+namespace specloop {
+namespace {
+
+using spec_test::GTest;
+using spec_test::kSignificance;
+
+std::unique_ptr<LlamaModel> Load(const std::string& name) {
+  std::unique_ptr<LlamaModel> m;
+  Status s = LlamaModel::Load(testing::SharedDir() + "/models/" + name, LoadOptions(), &m);
+  if (!s.ok()) throw std::runtime_error(s.ToString());
+  return m;
+}
+
+// The first `n` prompts of a domain, encoded with BOS, cut to their last 200 tokens.
+std::vector<std::vector<int>> Prompts(const Tokenizer& tok, const std::string& domain, int n) {
+  std::ifstream in(testing::SharedDir() + "/prompts/" + domain + ".jsonl");
+  std::vector<std::vector<int>> out;
+  for (std::string line; (int)out.size() < n && std::getline(in, line);) {
+    std::vector<int> ids = tok.Encode(nlohmann::json::parse(line)["prompt"].get<std::string>());
+    if (ids.size() > 200) ids.erase(ids.begin(), ids.end() - 200);
+    ids.insert(ids.begin(), 1);
+    out.push_back(ids);
+  }
+  return out;
+}
+
+TEST(SpeculativeDecoder, GreedyEqualsPlainGreedyOnEveryDomain) {
+  c10::InferenceMode guard;
+  auto target = Load("target-6m");
+  std::unique_ptr<Tokenizer> tok;
+  ASSERT_TRUE(Tokenizer::Load(testing::SharedDir() + "/models/target-6m", &tok).ok());
+  GenerateOptions g;
+  g.max_tokens = 40;
+  g.sampling.temperature = 0;
+  for (const char* draft_name : {"draft-mix-1m", "draft-prose-1m"}) {
+    auto draft = Load(draft_name);
+    SpeculativeStats total;
+    for (const char* domain : {"prose", "python", "c", "legal", "docs"}) {
+      for (const auto& prompt : Prompts(*tok, domain, 2)) {
+        const std::vector<int> plain = GeneratePlain(*target, prompt, g).tokens;
+        // Fixed k, adaptive k, and prompt lookup falling back to the draft.
+        DraftModelProposer model(draft.get(), g.sampling);
+        PromptLookupProposer lookup(4096, true);
+        FallbackProposer both(&lookup, &model);
+        SpeculationPolicy policy;
+        for (int mode = 0; mode < 3; ++mode) {
+          SpeculativeOptions o;
+          o.generate = g;
+          o.k = 5;
+          if (mode == 1) o.policy = &policy;
+          Proposer* p = mode == 2 ? static_cast<Proposer*>(&both) : &model;
+          SpeculativeStats stats;
+          EXPECT_EQ(GenerateSpeculative(*target, p, prompt, o, &stats).tokens, plain)
+              << draft_name << " " << domain << " mode " << mode;
+          total.Add(stats);
+        }
+      }
+    }
+    // Speculation did happen and was partly accepted (else the equality proves little).
+    EXPECT_GT(total.drafted, 200) << draft_name;
+    EXPECT_GT(total.accepted, 20) << draft_name;
+    EXPECT_LT(total.accepted, total.drafted) << draft_name;
+  }
+}
+
+// A wrong verifier: accepts with min(1, q/p) instead of min(1, p/q).
+Status AcceptWithQOverP(int k, int vocab, const int* draft, const float* q, const float* p,
+                        Rng* rng, spec::ChainOutcome* out) {
+  out->tokens.clear();
+  for (int i = 0; i < k; ++i) {
+    const float* pi = p + static_cast<size_t>(i) * vocab;
+    const float* qi = q + static_cast<size_t>(i) * vocab;
+    const int x = draft[i];
+    if (rng->Uniform() * pi[x] < qi[x]) {
+      out->tokens.push_back(x);
+      continue;
+    }
+    std::vector<float> residual(vocab);
+    float mass = 0;
+    for (int v = 0; v < vocab; ++v) mass += residual[v] = std::max(0.0f, pi[v] - qi[v]);
+    out->num_accepted = i;
+    out->tokens.push_back(SampleFrom(mass > 0 ? residual.data() : pi, vocab, rng));
+    return Status::OK();
+  }
+  out->num_accepted = k;
+  out->tokens.push_back(SampleFrom(p + static_cast<size_t>(k) * vocab, vocab, rng));
+  return Status::OK();
+}
+
+// Exact law of the first `len` generated tokens under the target's processed distributions.
+std::vector<double> ExactSequenceLaw(const LlamaModel& m, const std::vector<int>& prompt, int len,
+                                     const SamplingParams& sp) {
+  const int V = m.config().vocab_size;
+  std::vector<double> law = {1.0};
+  std::vector<std::vector<int>> prefixes = {{}};
+  for (int step = 0; step < len; ++step) {
+    std::vector<double> next;
+    std::vector<std::vector<int>> next_prefixes;
+    for (size_t i = 0; i < prefixes.size(); ++i) {
+      std::vector<int64_t> seq(prompt.begin(), prompt.end());
+      seq.insert(seq.end(), prefixes[i].begin(), prefixes[i].end());
+      KVCache cache = m.NewCache();
+      at::Tensor logits = m.Forward({{&cache, seq, false}});
+      std::vector<float> p;
+      ProcessedDistribution(logits.data_ptr<float>(), V, sp, &p);
+      for (int v = 0; v < V; ++v) {
+        next.push_back(law[i] * p[v]);
+        next_prefixes.push_back(prefixes[i]);
+        next_prefixes.back().push_back(v);
+      }
+    }
+    law = std::move(next);
+    prefixes = std::move(next_prefixes);
+  }
+  return law;  // index = x1 * V^(len-1) + ... + x_len
+}
+
+struct ExactnessCase {
+  const char* name;
+  int draft_seed;  // 0: the draft is the target itself (q = p)
+  bool prompt_lookup;
+  bool wrong_verifier;
+};
+
+class SpeculativeExactness : public ::testing::TestWithParam<ExactnessCase> {};
+
+TEST_P(SpeculativeExactness, SequenceLawEqualsTargetLaw) {
+  // Tiny random models over a 5-token vocabulary; three generated tokens (125 cells), k = 2 so
+  // steps mix rejections, recoveries and bonus tokens; temperature 0.8 with top-p 0.9, which
+  // cuts tokens out of some rows (supports of p and q differ). G-test at kSignificance = 1e-3.
+  c10::InferenceMode guard;
+  const ExactnessCase& c = GetParam();
+  ModelConfig cfg = testing::TinyConfig();
+  cfg.vocab_size = 5;
+  auto target = testing::RandomModel(cfg, 101);
+  auto other = testing::RandomModel(cfg, c.draft_seed);
+  const LlamaModel* draft = c.draft_seed ? other.get() : target.get();
+  const std::vector<int> prompt = {1, 3, 0, 4};
+  SamplingParams sp;
+  sp.temperature = 0.8f;
+  sp.top_p = 0.9f;
+  const int len = 3, trials = 20000;
+
+  std::vector<int64_t> counts(125, 0);
+  int64_t drafted = 0, accepted = 0;
+  for (int t = 0; t < trials; ++t) {
+    GenerateOptions g;
+    g.max_tokens = len;
+    g.stop_at_eos = false;
+    g.sampling = sp;
+    g.sampling.seed = 1000 + t;
+    DraftModelProposer model(draft, g.sampling);
+    PromptLookupProposer lookup(5, false, 1, 2);
+    Proposer* p = c.prompt_lookup ? static_cast<Proposer*>(&lookup) : &model;
+    SpeculativeDecoder dec(target.get(), p, prompt, g);
+    if (c.wrong_verifier) dec.set_verifier_for_testing(&AcceptWithQOverP);
+    while (!dec.finished()) {
+      dec.Propose(2);
+      dec.Commit(target->Forward({dec.TargetInput()}));
+    }
+    const auto out = dec.generated();
+    ASSERT_EQ(out.size(), 3u);
+    counts[out[0] * 25 + out[1] * 5 + out[2]]++;
+    drafted += dec.stats().drafted;
+    accepted += dec.stats().accepted;
+  }
+  const auto result = GTest(counts, ExactSequenceLaw(*target, prompt, len, sp));
+  if (c.wrong_verifier) {
+    EXPECT_TRUE(result.impossible || result.p_value < kSignificance) << result.ToString();
+  } else {
+    EXPECT_GE(result.p_value, kSignificance) << result.ToString();
+  }
+  // The case exercised what it claims to.
+  EXPECT_GT(drafted, trials);
+  if (c.draft_seed == 0 && !c.prompt_lookup) {
+    EXPECT_EQ(accepted, drafted);  // q = p: every draft token is accepted
+  } else {
+    EXPECT_LT(accepted, drafted);
+    EXPECT_GT(accepted, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, SpeculativeExactness,
+    ::testing::Values(ExactnessCase{"DraftModel", 202, false, false},
+                      ExactnessCase{"DraftIsTarget", 0, false, false},
+                      ExactnessCase{"PromptLookup", 202, true, false},
+                      ExactnessCase{"WrongVerifierIsCaught", 202, false, true}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(SpeculativeDecoder, StatsAddUp) {
+  c10::InferenceMode guard;
+  auto target = testing::RandomModel(testing::TinyConfig(), 5);
+  auto draft = testing::RandomModel(testing::TinyConfig(), 6);
+  GenerateOptions g;
+  g.max_tokens = 50;
+  g.stop_at_eos = false;
+  g.sampling.seed = 9;
+  DraftModelProposer model(draft.get(), g.sampling);
+  SpeculativeOptions o;
+  o.generate = g;
+  o.k = 3;
+  SpeculativeStats s;
+  GenerateResult r = GenerateSpeculative(*target, &model, {1, 2, 3}, o, &s);
+  EXPECT_EQ(r.tokens.size(), 50u);
+  EXPECT_GE(s.emitted, 50);             // the last step may overshoot max_tokens
+  EXPECT_LT(s.emitted, 50 + 4);
+  EXPECT_EQ(s.emitted, s.steps + s.accepted);
+  EXPECT_EQ(s.k_sum, 3 * s.steps);
+  EXPECT_EQ(s.accepted_at[0], [&] {     // steps whose first draft was accepted
+    int64_t n = 0;
+    for (size_t i = 0; i < s.accepted_at.size(); ++i) n = std::max(n, s.accepted_at[i]);
+    return n;
+  }());
+}
+
+}  // namespace
+}  // namespace specloop
