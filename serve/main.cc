@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   specloop::AddGenerateCommand(app, &exit_code);
   specloop::AddConvertCommand(app, &exit_code);
+  specloop::AddBufferCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
