@@ -20,25 +20,41 @@ void DraftModelProposer::SetDraft(const LlamaModel* draft) {
   cached_.clear();
 }
 
-at::Tensor DraftModelProposer::CatchUp(const std::vector<int>& context) {
+at::Tensor DraftModelProposer::CatchUp(const std::vector<int>& context, size_t* fed) {
   size_t keep = 0;
   while (keep < cached_.size() && keep < context.size() && cached_[keep] == context[keep]) ++keep;
   if (keep == context.size()) --keep;  // the last token must be fed to get the next row
   cache_.Truncate(keep);
   cached_.resize(keep);
   std::vector<int64_t> feed(context.begin() + keep, context.end());
+  *fed = feed.size();
   cached_.insert(cached_.end(), context.begin() + keep, context.end());
   return draft_->Forward({{&cache_, std::move(feed), false}});
 }
 
-void DraftModelProposer::Propose(const std::vector<int>& context, int max_k, DraftBlock* out) {
+void DraftModelProposer::Prefill(const std::vector<int>& context) {
   c10::InferenceMode guard;
-  const auto t0 = std::chrono::steady_clock::now();
+  if (context.size() < 2) return;
+  size_t fed = 0;
+  CatchUp(std::vector<int>(context.begin(), context.end() - 1), &fed);
+}
+
+void DraftModelProposer::Propose(const std::vector<int>& context, int max_k, DraftBlock* out) {
+  using Clock = std::chrono::steady_clock;
+  c10::InferenceMode guard;
   out->Clear();
+  last_seconds_ = 0.0;
   const int V = draft_->config().vocab_size;
   const int limit = draft_->config().max_position_embeddings;
   if (max_k > 0 && !context.empty()) {
-    at::Tensor logits = CatchUp(context);
+    // A catch-up of the pending token (and the last draft, after a fully accepted block) is
+    // the block's first forward; a longer one is owed work and is not timed.
+    auto t0 = Clock::now();
+    size_t fed = 0;
+    at::Tensor logits = CatchUp(context, &fed);
+    const bool steady = fed <= 2;
+    if (!steady) t0 = Clock::now();
+    int forwards = steady ? 1 : 0;
     for (int i = 0; i < max_k; ++i) {
       const float* row = logits.data_ptr<float>();
       int token;
@@ -63,9 +79,13 @@ void DraftModelProposer::Propose(const std::vector<int>& context, int max_k, Dra
       if (i + 1 == max_k || static_cast<int>(cached_.size()) + 1 >= limit) break;
       logits = draft_->Forward({{&cache_, {token}, false}});
       cached_.push_back(token);
+      ++forwards;
     }
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    // Scale what was timed to one forward per drafted token; nothing timed: unknown.
+    const int drafted = out->tokens.size();
+    last_seconds_ = forwards > 0 ? seconds * drafted / forwards : (drafted > 0 ? -1.0 : 0.0);
   }
-  last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace specloop

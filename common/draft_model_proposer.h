@@ -24,14 +24,15 @@ class DraftModelProposer : public Proposer {
 
   void Propose(const std::vector<int>& context, int max_k, DraftBlock* out) override;
   double last_propose_seconds() const override { return last_seconds_; }
+  void Prefill(const std::vector<int>& context) override;
 
   // Points the proposer at another draft model (hot-swap): the cache is rebuilt on next use.
   void SetDraft(const LlamaModel* draft);
 
  private:
   // Feeds context tokens the cache lacks (after rolling back what the context no longer has)
-  // and returns the logits row for the next position.
-  at::Tensor CatchUp(const std::vector<int>& context);
+  // and returns the logits row for the next position; `*fed` = tokens fed.
+  at::Tensor CatchUp(const std::vector<int>& context, size_t* fed);
 
   const LlamaModel* draft_;
   SamplingParams sampling_;

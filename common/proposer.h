@@ -30,7 +30,13 @@ class Proposer {
   // proposer rolls its own state back to the longest prefix it shares with `context`.
   virtual void Propose(const std::vector<int>& context, int max_k, DraftBlock* out) = 0;
 
-  // Seconds spent in the last Propose() on model forwards (0 for free proposers): the cost
+  // Processes all of `context` but its last token ahead of the first Propose() (prompt
+  // processing), so that drafting starts warm. Optional: Propose() catches up regardless.
+  virtual void Prefill(const std::vector<int>& context) {}
+
+  // Steady-state seconds of the last Propose(): its model forwards, excluding a catch-up of
+  // more than the pending token (a prompt or tokens decoded without speculation, work owed
+  // anyway); 0 for free proposers; negative when the call measured nothing usable. The cost
   // model of adaptive speculation reads it.
   virtual double last_propose_seconds() const { return 0.0; }
 };
@@ -46,10 +52,15 @@ class FallbackProposer : public Proposer {
     seconds_ = first_->last_propose_seconds();
     if (out->tokens.empty()) {
       second_->Propose(context, max_k, out);
-      seconds_ += second_->last_propose_seconds();
+      const double s = second_->last_propose_seconds();
+      seconds_ = s < 0 || seconds_ < 0 ? -1.0 : seconds_ + s;
     }
   }
   double last_propose_seconds() const override { return seconds_; }
+  void Prefill(const std::vector<int>& context) override {
+    first_->Prefill(context);
+    second_->Prefill(context);
+  }
 
  private:
   Proposer* first_;

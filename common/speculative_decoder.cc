@@ -128,7 +128,11 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
   GenerateResult r;
   auto t0 = Clock::now();
   SpeculativeDecoder dec(&target, proposer, prompt, options.generate);
-  bool first = true;
+  // Prefill: the prompt but its last token, in both models (the draft's catch-up).
+  if (!dec.finished()) proposer->Prefill(prompt);
+  auto t1 = Clock::now();
+  r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  t0 = t1;
   while (!dec.finished()) {
     const int k = options.policy ? options.policy->ChooseK() : options.k;
     dec.Propose(k);
@@ -141,14 +145,9 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
     if (options.policy) {
       const int drafted = dec.draft().tokens.size();
       options.policy->ObserveTarget(positions, forward_s);
-      options.policy->ObserveDraft(drafted, proposer->last_propose_seconds());
+      const double draft_s = proposer->last_propose_seconds();
+      if (draft_s >= 0) options.policy->ObserveDraft(drafted, draft_s);
       options.policy->ObserveStep(drafted, dec.last_accepted());
-    }
-    if (first) {
-      auto t1 = Clock::now();
-      r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-      t0 = t1;
-      first = false;
     }
   }
   r.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -1,0 +1,185 @@
+// Speculative decoding benchmark (issue 3), one run on target-6m: for each draft and each
+// domain, plain vs speculative tokens/s at k = 1..8 and auto; measured alpha (per-token
+// acceptance, geometric estimate), c (draft cost per token over one target decode step) and
+// beta(k) (target forward of k + 1 positions over one of 1 position), and the measured
+// speedup beside the predicted tau(alpha, k) / (k c + beta(k)).
+// Rates are decode-phase tokens/s (prompt processing excluded). Prints JSON lines
+// {"name", "params", "value", "unit"}. Medians over `--reps` repetitions.
+// Usage: spec_bench [--shared DIR] [--prompts N] [--tokens N] [--reps N] [--temperature T]
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include <c10/core/InferenceMode.h>
+#include <nlohmann/json.hpp>
+
+#include "common/draft_model_proposer.h"
+#include "common/speculative_decoder.h"
+#include "common/threads.h"
+#include "common/tokenizer.h"
+
+namespace specloop {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void Emit(const std::string& name, const json& params, double value, const std::string& unit) {
+  std::cout << json{{"name", name}, {"params", params}, {"value", value}, {"unit", unit}}.dump()
+            << std::endl;
+}
+
+std::unique_ptr<LlamaModel> LoadOrDie(const std::string& dir) {
+  std::unique_ptr<LlamaModel> m;
+  Status s = LlamaModel::Load(dir, LoadOptions(), &m);
+  if (!s.ok()) {
+    std::cerr << s.ToString() << "\n";
+    std::exit(1);
+  }
+  return m;
+}
+
+struct Run {
+  double seconds = 0;
+  int64_t tokens = 0;
+  SpeculativeStats stats;
+};
+
+}  // namespace
+}  // namespace specloop
+
+int main(int argc, char** argv) {
+  using namespace specloop;
+  std::string shared = SPECLOOP_SHARED_DIR;
+  int n_prompts = 3, max_tokens = 64, reps = 3;
+  float temperature = 0.0f;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--shared")) shared = argv[i + 1];
+    if (!std::strcmp(argv[i], "--prompts")) n_prompts = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--tokens")) max_tokens = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--temperature")) temperature = std::atof(argv[i + 1]);
+  }
+  SetComputeThreads(1);
+  c10::InferenceMode guard;
+  auto target = LoadOrDie(shared + "/models/target-6m");
+  std::unique_ptr<Tokenizer> tok;
+  if (!Tokenizer::Load(shared + "/models/target-6m", &tok).ok()) return 1;
+  const int k_max = 8;
+
+  // Costs, measured once for the run: target forward of n positions, draft forward of one.
+  SpeculationPolicy costs;
+  CalibrateSpeculationPolicy(*target, nullptr, k_max, &costs);
+  const double t1 = costs.target_seconds(1);
+  for (int n = 1; n <= k_max + 1; ++n) {
+    Emit("target_forward_latency", {{"positions", n}}, costs.target_seconds(n) * 1e6, "us");
+  }
+
+  GenerateOptions gen;
+  gen.max_tokens = max_tokens;
+  gen.sampling.temperature = temperature;
+  gen.stop_at_eos = false;
+  const std::vector<std::string> domains = {"prose", "python", "c", "legal", "docs"};
+  std::map<std::string, std::vector<std::vector<int>>> prompts;
+  for (const auto& d : domains) {
+    std::ifstream in(shared + "/prompts/" + d + ".jsonl");
+    for (std::string line; (int)prompts[d].size() < n_prompts && std::getline(in, line);) {
+      std::vector<int> ids = tok->Encode(json::parse(line)["prompt"].get<std::string>());
+      if (ids.size() > 256) ids.erase(ids.begin(), ids.end() - 256);
+      ids.insert(ids.begin(), 1);
+      prompts[d].push_back(ids);
+    }
+  }
+
+  for (const std::string draft_name : {"draft-mix-1m", "draft-prose-1m"}) {
+    auto draft = LoadOrDie(shared + "/models/" + draft_name);
+    SpeculationPolicy draft_cost;
+    CalibrateSpeculationPolicy(*target, draft.get(), 0, &draft_cost);
+    const double c = draft_cost.draft_seconds_per_token() / t1;
+    Emit("draft_cost_ratio_c", {{"draft", draft_name}}, c, "ratio");
+    for (const auto& domain : domains) {
+      // k = -1: auto (one policy per draft and domain, learning across prompts, as serving
+      // keeps one per domain); k = 0: plain decoding.
+      std::map<int, std::vector<double>> tps;  // k -> per-rep tokens/s
+      std::map<int, SpeculativeStats> stats;
+      std::vector<int> ks = {0, 1, 2, 3, 4, 5, 6, 7, 8, -1};
+      SpeculationPolicy policy;
+      CalibrateSpeculationPolicy(*target, draft.get(), k_max, &policy);
+      for (int rep = 0; rep < reps; ++rep) {
+        for (int k : ks) {
+          double seconds = 0;
+          int64_t tokens = 0;
+          for (const auto& prompt : prompts[domain]) {
+            GenerateResult r;
+            if (k == 0) {
+              r = GeneratePlain(*target, prompt, gen);
+            } else {
+              DraftModelProposer proposer(draft.get(), gen.sampling);
+              SpeculativeOptions o;
+              o.generate = gen;
+              o.k = k;
+              if (k < 0) o.policy = &policy;
+              SpeculativeStats s;
+              r = GenerateSpeculative(*target, &proposer, prompt, o, &s);
+              stats[k].Add(s);
+            }
+            // Decode phase only (prompt processing excluded; it dilutes any decoding speedup
+            // and is the same work in both): plain's first token comes from its prefill.
+            seconds += r.decode_seconds;
+            tokens += r.tokens.size() - (k == 0 ? 1 : 0);
+          }
+          tps[k].push_back(tokens / seconds);
+        }
+      }
+      const double plain = Median(tps[0]);
+      const json base = {{"draft", draft_name}, {"domain", domain},
+                         {"temperature", temperature}, {"tokens", max_tokens}};
+      json p = base;
+      p["k"] = 0;
+      Emit("tokens_per_second", p, plain, "tokens/s");
+      double best_fixed = 0;
+      int best_k = 0;
+      for (int k : ks) {
+        if (k == 0) continue;
+        const SpeculativeStats& s = stats[k];
+        const double measured = Median(tps[k]);
+        p = base;
+        p["k"] = k < 0 ? json("auto") : json(k);
+        Emit("tokens_per_second", p, measured, "tokens/s");
+        Emit("speedup", p, measured / plain, "ratio");
+        // Geometric per-token acceptance: accepted / (accepted + steps that saw a rejection).
+        int64_t full = 0;  // steps that accepted their whole block
+        if (k > 0 && !s.accepted_at.empty()) full = s.accepted_at[k - 1];
+        const double alpha =
+            s.accepted + (s.steps - full) > 0 ? double(s.accepted) / (s.accepted + s.steps - full)
+                                              : 0.0;
+        Emit("acceptance_rate", p, s.acceptance_rate(), "ratio");
+        Emit("tokens_per_step", p, s.tokens_per_step(), "tokens");
+        if (k > 0) {
+          Emit("alpha", p, alpha, "ratio");
+          const double beta = costs.target_seconds(k + 1) / t1;
+          Emit("beta", p, beta, "ratio");
+          Emit("predicted_speedup", p, ExpectedTokensPerStep(alpha, k) / (k * c + beta), "ratio");
+          if (measured > best_fixed) {
+            best_fixed = measured;
+            best_k = k;
+          }
+        } else {
+          Emit("k_mean", p, s.k_mean(), "tokens");
+          Emit("auto_vs_best_fixed", p, measured / best_fixed, "ratio");
+          Emit("auto_vs_plain", p, measured / plain, "ratio");
+          p["best_fixed_k"] = best_k;
+        }
+      }
+    }
+  }
+  return 0;
+}
