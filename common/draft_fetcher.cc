@@ -1,0 +1,179 @@
+// DraftFetcher: the worker's side of the draft channel (protocol in draft_channel.h).
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/draft_channel.h"
+#include "common/model_config.h"
+
+namespace specloop {
+
+namespace fs = std::filesystem;
+
+struct DraftFetcher::Impl {
+  FetcherOptions options;
+  zmq::socket_t sub, dealer;
+
+  // Sends `request` and waits for its reply (replies to earlier requests are dropped).
+  Status Request(const std::string& request, nlohmann::json* header, std::string* body) {
+    using Clock = std::chrono::steady_clock;
+    try {
+      dealer.send(zmq::buffer(request), zmq::send_flags::none);
+      const auto deadline = Clock::now() + std::chrono::milliseconds(options.request_timeout_ms);
+      while (true) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - Clock::now());
+        if (left.count() <= 0) return Status::IOError("draft fetcher: no reply to " + request);
+        zmq::pollitem_t item = {dealer.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, left);
+        if (!(item.revents & ZMQ_POLLIN)) continue;
+        zmq::multipart_t reply;
+        if (!reply.recv(dealer, ZMQ_DONTWAIT)) continue;
+        if (reply.size() != 2) return Status::Corruption("draft fetcher: malformed reply");
+        nlohmann::json h = nlohmann::json::parse(reply.at(0).to_string(), nullptr, false);
+        if (!h.is_object() || !h.contains("ok") || !h["ok"].is_boolean()) {
+          return Status::Corruption("draft fetcher: malformed reply header");
+        }
+        if (!h.contains("request") || h["request"] != request) continue;  // a late reply
+        *header = std::move(h);
+        *body = reply.at(1).to_string();
+        return Status::OK();
+      }
+    } catch (const zmq::error_t& e) {
+      return Status::IOError(std::string("draft fetcher: ") + e.what());
+    }
+  }
+
+  static Status ErrorOf(const nlohmann::json& h) {
+    const std::string code = h.value("code", "");
+    const std::string msg = "draft publisher: " + h.value("error", std::string("error"));
+    if (code == "not_found") return Status::NotFound(msg);
+    if (code == "invalid_argument") return Status::InvalidArgument(msg);
+    return Status::IOError(msg);
+  }
+};
+
+DraftFetcher::DraftFetcher() : impl_(std::make_unique<Impl>()) {}
+DraftFetcher::~DraftFetcher() = default;
+
+Status DraftFetcher::Open(zmq::context_t* context, const FetcherOptions& options,
+                          std::unique_ptr<DraftFetcher>* out) {
+  std::unique_ptr<DraftFetcher> f(new DraftFetcher());
+  Impl& m = *f->impl_;
+  m.options = options;
+  std::string pub_key = options.curve_public_key, sec_key = options.curve_secret_key;
+  if (!options.curve_server_key.empty() && (pub_key.empty() || sec_key.empty())) {
+    SPECLOOP_RETURN_IF_ERROR(GenerateCurveKeyPair(&pub_key, &sec_key));
+  }
+  try {
+    m.sub = zmq::socket_t(*context, zmq::socket_type::sub);
+    m.dealer = zmq::socket_t(*context, zmq::socket_type::dealer);
+    for (zmq::socket_t* s : {&m.sub, &m.dealer}) {
+      s->set(zmq::sockopt::linger, 0);
+      if (!options.curve_server_key.empty()) {
+        s->set(zmq::sockopt::curve_serverkey, options.curve_server_key);
+        s->set(zmq::sockopt::curve_publickey, pub_key);
+        s->set(zmq::sockopt::curve_secretkey, sec_key);
+      }
+    }
+    m.sub.set(zmq::sockopt::subscribe, "draft");
+    m.sub.connect(options.pub_endpoint);
+    m.dealer.connect(options.router_endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::IOError(std::string("draft fetcher: ") + e.what());
+  }
+  *out = std::move(f);
+  return Status::OK();
+}
+
+Status DraftFetcher::WaitAnnouncement(int timeout_ms, DraftAnnouncement* out) {
+  try {
+    zmq::pollitem_t item = {impl_->sub.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+    if (!(item.revents & ZMQ_POLLIN)) return Status::NotFound("no announcement");
+    zmq::multipart_t msg;
+    if (!msg.recv(impl_->sub, ZMQ_DONTWAIT)) return Status::NotFound("no announcement");
+    if (msg.size() != 2 || msg.at(0).to_string() != "draft") {
+      return Status::Corruption("draft fetcher: malformed announcement");
+    }
+    Status s = DraftAnnouncement::FromJson(msg.at(1).to_string(), out);
+    return s.ok() ? s : Status::Corruption(s.message());
+  } catch (const zmq::error_t& e) {
+    return Status::IOError(std::string("draft fetcher: ") + e.what());
+  }
+}
+
+Status DraftFetcher::Latest(DraftAnnouncement* out) {
+  nlohmann::json h;
+  std::string body;
+  SPECLOOP_RETURN_IF_ERROR(impl_->Request("latest", &h, &body));
+  if (!h["ok"].get<bool>()) return Impl::ErrorOf(h);
+  Status s = DraftAnnouncement::FromJson(h.dump(), out);
+  return s.ok() ? s : Status::Corruption(s.message());
+}
+
+Status DraftFetcher::Fetch(const DraftAnnouncement& a, const std::string& staging_root,
+                           std::string* dir) {
+  const FetcherOptions& o = impl_->options;
+  if (a.version == 0 || a.bytes > o.max_bundle_bytes) {
+    return Status::InvalidArgument("draft fetcher: bad announcement " + a.ToJson());
+  }
+  // Download.
+  std::string bundle;
+  bundle.reserve(a.bytes);
+  const uint64_t chunk = std::max<uint64_t>(1, o.chunk_bytes);
+  while (bundle.size() < a.bytes) {
+    const uint64_t off = bundle.size();
+    const uint64_t want = std::min(chunk, a.bytes - off);
+    const std::string req = "get " + std::to_string(a.version) + " " + std::to_string(off) + " " +
+                            std::to_string(want);
+    nlohmann::json h;
+    std::string body;
+    SPECLOOP_RETURN_IF_ERROR(impl_->Request(req, &h, &body));
+    if (!h["ok"].get<bool>()) return Impl::ErrorOf(h);
+    if (body.size() < want) {
+      return Status::Corruption("draft fetcher: truncated transfer: " +
+                                std::to_string(off + body.size()) + " of " +
+                                std::to_string(a.bytes) + " bytes");
+    }
+    if (body.size() > want) return Status::Corruption("draft fetcher: oversized chunk");
+    bundle += body;
+  }
+  const std::string sha = Sha256Hex(bundle.data(), bundle.size());
+  if (sha != a.sha256) {
+    return Status::Corruption("draft fetcher: sha256 mismatch: got " + sha + ", announced " +
+                              a.sha256);
+  }
+  // Unpack into a temporary directory, check, rename into place.
+  std::error_code ec;
+  fs::create_directories(staging_root, ec);
+  const std::string name = VersionDirName(a.version);
+  const std::string final_dir = staging_root + "/" + name;
+  const std::string tmp =
+      staging_root + "/." + name + ".tmp" + std::to_string(std::random_device()());
+  auto fail = [&](Status s) {
+    fs::remove_all(tmp, ec);
+    return s;
+  };
+  Status s = UnpackCheckpointBundle(bundle, tmp);
+  if (!s.ok()) return fail(s);
+  std::string meta_text, model_sha;
+  s = ReadFileToString(tmp + "/meta.json", &meta_text);
+  if (s.ok()) s = Sha256File(tmp + "/model.safetensors", &model_sha);
+  if (!s.ok()) return fail(s);
+  nlohmann::json meta = nlohmann::json::parse(meta_text, nullptr, false);
+  if (!meta.is_object() || meta.value("sha256", std::string()) != model_sha ||
+      !meta.contains("version") || meta["version"] != a.version) {
+    return fail(Status::Corruption("draft fetcher: meta.json does not match the checkpoint"));
+  }
+  fs::remove_all(final_dir, ec);
+  fs::rename(tmp, final_dir, ec);
+  if (ec) return fail(Status::IOError("draft fetcher: rename to " + final_dir + ": " + ec.message()));
+  *dir = final_dir;
+  return Status::OK();
+}
+
+}  // namespace specloop

@@ -1,0 +1,44 @@
+// Estimated acceptance (alpha-hat) of a draft on logged positions, per domain: the quantity
+// the publish gate compares between the live draft and a candidate.
+//
+// The gate reads the LOWER bound (LoggedAcceptance: sum over the K logged tokens of
+// min(p, q), tail dropped). The upper bound (CoarsenedAcceptance) also credits
+// min(p_tail, q_tail), which a candidate could raise by moving mass onto tokens the target
+// never ranks highly: it rewards matching the tail's total, not its tokens. The lower bound
+// cannot be gamed that way, and on the same held-out positions the two estimates rank drafts
+// alike when the tail is small (K = 64 leaves a tail of a few percent on the fixtures).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "buffer/record.h"
+#include "common/llama_model.h"
+#include "common/status.h"
+
+namespace specloop {
+namespace trainer {
+
+struct DomainAlpha {
+  double logged = 0;      // mean LoggedAcceptance (lower bound; the gate's metric)
+  double coarsened = 0;   // mean CoarsenedAcceptance (upper bound)
+  int64_t positions = 0;  // positions averaged
+};
+
+struct AlphaEstimate {
+  std::map<std::string, DomainAlpha> domains;
+  DomainAlpha overall;  // over every position (weighted by traffic, as speed is)
+
+  // domain -> logged alpha, the form checkpoints and reports carry.
+  std::map<std::string, double> LoggedByDomain() const;
+};
+
+// Evaluates `model` on the positions of `records` (training_examples.h), in forwards of at
+// most `batch_records` records, under inference mode. IOError wraps a LibTorch failure.
+Status EstimateAlpha(const LlamaModel& model, const std::vector<Record>& records,
+                     int batch_records, AlphaEstimate* out);
+
+}  // namespace trainer
+}  // namespace specloop

@@ -1,0 +1,68 @@
+// CheckpointStore: the trainer's versioned checkpoints (DESIGN.md section 6).
+//
+//   ROOT/vNNNNNN/model.safetensors   the draft's weights (Hugging Face names)
+//   ROOT/vNNNNNN/config.json         its ModelConfig
+//   ROOT/vNNNNNN/meta.json           CheckpointMeta as JSON
+//   ROOT/latest                      one line: the latest version's directory name
+//
+// A version directory is written under a temporary name and renamed into place, and `latest`
+// is replaced by rename, so a reader (or a crash) sees either the old or the new state. Only
+// the last keep_last versions are kept (never removing the latest). Versions are never
+// reused: a new one is one past the highest present.
+//
+// Thread safety: none; one trainer owns a root.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/llama_model.h"
+#include "common/status.h"
+
+namespace specloop {
+namespace trainer {
+
+struct CheckpointMeta {
+  uint64_t version = 0;  // set by Save()
+  uint64_t parent = 0;   // version trained from; 0 = the initial draft
+  std::string sha256;    // of model.safetensors; set by Save()
+  std::string objective;
+  int64_t steps = 0;     // optimizer steps since the initial draft
+  int64_t samples = 0;   // records trained on since the initial draft
+  std::map<std::string, double> alpha_before;  // domain -> estimated alpha of the live draft
+  std::map<std::string, double> alpha_after;   // domain -> estimated alpha of this checkpoint
+  std::string created;   // UTC, ISO 8601; set by Save()
+
+  std::string ToJson() const;
+  static Status FromJson(const std::string& json, CheckpointMeta* out);
+};
+
+class CheckpointStore {
+ public:
+  // Opens (creating if needed) ROOT. keep_last >= 1.
+  static Status Open(const std::string& root, int keep_last, std::unique_ptr<CheckpointStore>* out);
+
+  const std::string& root() const { return root_; }
+  // The version `latest` names (falling back to the highest complete directory when `latest`
+  // is missing or names a missing directory); 0 when there is none.
+  uint64_t Latest() const;
+  std::string Dir(uint64_t version) const;
+
+  // Writes `model` as a new version with `meta` (version, sha256 and created are filled in and
+  // returned in *meta), points `latest` at it and prunes old versions.
+  Status Save(const LlamaModel& model, CheckpointMeta* meta);
+  Status ReadMeta(uint64_t version, CheckpointMeta* out) const;
+
+ private:
+  CheckpointStore(std::string root, int keep_last) : root_(std::move(root)), keep_last_(keep_last) {}
+  uint64_t HighestVersion() const;
+  void Prune(uint64_t latest);
+
+  std::string root_;
+  int keep_last_;
+};
+
+}  // namespace trainer
+}  // namespace specloop

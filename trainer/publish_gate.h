@@ -1,0 +1,39 @@
+// The publish gate: a candidate draft replaces the live one only if its estimated alpha on the
+// same held-out positions is higher overall by a margin, and no domain with enough positions
+// to judge falls by more than a tolerance (DESIGN.md section 6). Pure; no model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "trainer/alpha_estimate.h"
+
+namespace specloop {
+namespace trainer {
+
+struct GateOptions {
+  // Least gain in overall logged alpha (absolute). Default: 0.002.
+  double min_gain = 0.002;
+  // Most a domain's logged alpha may fall (absolute). Default: 0.01.
+  double max_domain_regression = 0.01;
+  // Domains evaluated on fewer positions are not judged on their own (too noisy), though they
+  // count in the overall mean. Default: 50.
+  int64_t min_domain_positions = 50;
+  // Fewer held-out positions in all: no decision (reason "no_data"). Default: 100.
+  int64_t min_positions = 100;
+};
+
+struct GateDecision {
+  bool publish = false;
+  // "ok", or why not: "no_data", "no_gain", "domain_regression". Also the metric label.
+  std::string reason;
+  // One line for the log: the numbers behind the decision.
+  std::string detail;
+};
+
+// REQUIRES: `live` and `candidate` were estimated on the same positions.
+GateDecision DecideGate(const GateOptions& options, const AlphaEstimate& live,
+                        const AlphaEstimate& candidate);
+
+}  // namespace trainer
+}  // namespace specloop

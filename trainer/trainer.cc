@@ -1,0 +1,308 @@
+#include "trainer/trainer.h"
+
+#include <ATen/core/grad_mode.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "common/draft_channel.h"
+#include "trainer/training_examples.h"
+
+namespace specloop {
+namespace trainer {
+
+namespace {
+
+uint64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void Log(const std::string& line) { std::cerr << "specloop train: " << line << std::endl; }
+
+}  // namespace
+
+Trainer::~Trainer() = default;
+
+Status Trainer::Open(const TrainerOptions& options, metrics::Registry* registry,
+                     std::unique_ptr<Trainer>* out) {
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->options_ = options;
+  t->rng_.Seed(options.seed);
+  SPECLOOP_RETURN_IF_ERROR(t->metrics_.Register(registry ? registry : &t->own_registry_));
+  SPECLOOP_RETURN_IF_ERROR(
+      CheckpointStore::Open(options.checkpoint_dir, options.keep_last, &t->store_));
+  SPECLOOP_RETURN_IF_ERROR(t->LoadDrafts());
+  ReaderOptions ro;
+  SPECLOOP_RETURN_IF_ERROR(
+      ReplayReader::Open(ro, options.buffer_dirs, &t->reader_).Annotate("opening buffers"));
+  SPECLOOP_RETURN_IF_ERROR(t->CatchUp());
+  *out = std::move(t);
+  return Status::OK();
+}
+
+Status Trainer::LoadDrafts() {
+  LoadOptions lo;
+  lo.device = options_.device;
+  lo.dtype = "float32";
+  const uint64_t v = store_->Latest();
+  const std::string dir = v ? store_->Dir(v) : options_.draft_dir;
+  if (v) {
+    CheckpointMeta m;
+    SPECLOOP_RETURN_IF_ERROR(store_->ReadMeta(v, &m));
+    steps_ = m.steps;
+    samples_ = m.samples;
+    Log("resuming from " + dir);
+  }
+  SPECLOOP_RETURN_IF_ERROR(LlamaModel::Load(dir, lo, &live_));
+  SPECLOOP_RETURN_IF_ERROR(LlamaModel::Load(dir, lo, &candidate_));
+  if (v && !options_.draft_dir.empty()) {
+    ModelConfig initial;
+    if (ModelConfig::FromDir(options_.draft_dir, &initial).ok()) {
+      SPECLOOP_RETURN_IF_ERROR(
+          CheckDraftCompatible(initial, candidate_->config()).Annotate("checkpoint " + dir));
+    }
+  }
+  std::vector<at::Tensor> params = candidate_->Parameters();
+  for (at::Tensor& p : params) p.requires_grad_(true);
+  optimizer_ = std::make_unique<AdamW>(params, options_.adamw);
+  live_version_ = v;
+  metrics_.draft_version->Set(static_cast<double>(v));
+  return Status::OK();
+}
+
+void Trainer::AddHeldOut(Record r) { heldout_.push_back(std::move(r)); }
+
+Status Trainer::ScanNew(std::vector<Record>* train) {
+  uint64_t newest = last_scan_us_;
+  const size_t before = heldout_.size();
+  ScanOptions so;
+  so.since_us = last_scan_us_;
+  Status s = reader_->Scan(so, [&](size_t, const Record& r) {
+    newest = std::max(newest, r.time_us + 1);
+    if (IsHeldOut(r, options_.heldout_fraction)) {
+      AddHeldOut(r);
+    } else if (train) {
+      train->push_back(r);
+    }
+    return true;
+  });
+  SPECLOOP_RETURN_IF_ERROR(s);
+  last_scan_us_ = newest;
+  if (heldout_.size() != before) {
+    // Keep the newest max_heldout_per_domain records of each domain.
+    std::stable_sort(heldout_.begin(), heldout_.end(),
+                     [](const Record& a, const Record& b) { return a.time_us > b.time_us; });
+    std::map<std::string, size_t> kept;
+    std::vector<Record> keep;
+    for (Record& r : heldout_) {
+      if (kept[r.domain]++ < options_.max_heldout_per_domain) keep.push_back(std::move(r));
+    }
+    heldout_ = std::move(keep);
+  }
+  return Status::OK();
+}
+
+Status Trainer::CatchUp() {
+  SPECLOOP_RETURN_IF_ERROR(reader_->CatchUp());
+  SPECLOOP_RETURN_IF_ERROR(ScanNew(nullptr));
+  for (const auto& [d, n] : reader_->DomainCounts()) {
+    metrics_.buffer_records->Add({{"domain", d}}).Set(static_cast<double>(n));
+  }
+  metrics_.heldout_records->Set(static_cast<double>(heldout_.size()));
+  if (last_scan_us_ > 0) {
+    metrics_.buffer_lag->Set(std::max(0.0, (NowMicros() - static_cast<double>(last_scan_us_)) / 1e6));
+  }
+  return Status::OK();
+}
+
+Status Trainer::TrainStep(const std::vector<const Record*>& batch, double* loss_out) {
+  *loss_out = 0;
+  const ModelConfig& c = candidate_->config();
+  PositionBatch pb;
+  BuildPositionBatch(batch, c.vocab_size, c.max_position_embeddings, &pb);
+  if (pb.size() == 0) return Status::OK();
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    c10::AutoGradMode grad(true);
+    std::vector<KVCache> caches;
+    caches.reserve(pb.inputs.size());
+    std::vector<ForwardInput> in;
+    for (auto& tokens : pb.inputs) {
+      caches.push_back(candidate_->NewCache(static_cast<int64_t>(tokens.size())));
+      in.push_back(ForwardInput{&caches.back(), tokens, /*all_logits=*/true});
+    }
+    const at::Device dev = candidate_->device();
+    at::Tensor logits = candidate_->Forward(in).index_select(0, pb.rows.to(dev));
+    at::Tensor loss = DistillLoss(options_.objective, logits, pb.target_ids.to(dev),
+                                  pb.target_logprobs.to(dev), pb.target_tail.to(dev),
+                                  at::Tensor());
+    optimizer_->ZeroGrad();
+    loss.backward();
+    const double warm = options_.warmup_steps > 0
+                            ? std::min(1.0, double(steps_ + 1) / options_.warmup_steps)
+                            : 1.0;
+    optimizer_->Step(warm);
+    *loss_out = loss.item<double>();
+  } catch (const c10::Error& e) {
+    return Status::IOError(std::string("training step: ") + e.what_without_backtrace());
+  }
+  ++steps_;
+  samples_ += static_cast<int64_t>(batch.size());
+  metrics_.steps->Increment();
+  metrics_.loss->Add({{"objective", options_.objective.ToString()}}).Set(*loss_out);
+  for (const Record* r : batch) metrics_.samples->Add({{"domain", r->domain}}).Increment();
+  for (const std::string& d : pb.domains) metrics_.positions->Add({{"domain", d}}).Increment();
+  metrics_.step_seconds->Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return Status::OK();
+}
+
+Status Trainer::Evaluate(EvalResult* r) {
+  *r = EvalResult();
+  SPECLOOP_RETURN_IF_ERROR(EstimateAlpha(*live_, heldout_, options_.eval_batch_records, &r->live));
+  SPECLOOP_RETURN_IF_ERROR(
+      EstimateAlpha(*candidate_, heldout_, options_.eval_batch_records, &r->candidate));
+  r->decision = DecideGate(options_.gate, r->live, r->candidate);
+  metrics_.evaluations->Increment();
+  auto set = [&](const AlphaEstimate& e, const char* model) {
+    for (const auto& [d, a] : e.domains) {
+      metrics_.alpha->Add({{"domain", d}, {"model", model}}).Set(a.logged);
+    }
+    metrics_.alpha->Add({{"domain", "all"}, {"model", model}}).Set(e.overall.logged);
+  };
+  set(r->live, "live");
+  set(r->candidate, "candidate");
+  live_alpha_ = r->live.LoggedByDomain();
+  for (const auto& [d, a] : live_alpha_) best_alpha_[d] = std::max(best_alpha_[d], a);
+  return Status::OK();
+}
+
+Status Trainer::EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalResult* r) {
+  SPECLOOP_RETURN_IF_ERROR(Evaluate(r));
+  if (!r->decision.publish && !force) {
+    metrics_.rejected->Add({{"reason", r->decision.reason}}).Increment();
+    Log("candidate not published (" + r->decision.reason + "): " + r->decision.detail);
+    return Status::OK();
+  }
+  CheckpointMeta m;
+  m.parent = live_version_;
+  m.objective = options_.objective.ToString();
+  m.steps = steps_;
+  m.samples = samples_;
+  m.alpha_before = r->live.LoggedByDomain();
+  m.alpha_after = r->candidate.LoggedByDomain();
+  Status s;
+  {
+    at::NoGradGuard no_grad;
+    s = store_->Save(*candidate_, &m);
+  }
+  if (!s.ok()) {
+    metrics_.rejected->Add({{"reason", "save_error"}}).Increment();
+    return s.Annotate("saving checkpoint");
+  }
+  r->version = m.version;
+  LoadOptions lo;
+  lo.device = options_.device;
+  lo.dtype = "float32";
+  SPECLOOP_RETURN_IF_ERROR(LlamaModel::Load(store_->Dir(m.version), lo, &live_));
+  live_version_ = m.version;
+  metrics_.published->Increment();
+  metrics_.draft_version->Set(static_cast<double>(m.version));
+  Log("published " + VersionDirName(m.version) + (r->decision.publish ? "" : " (forced)") + ": " +
+      r->decision.detail);
+  if (publisher) SPECLOOP_RETURN_IF_ERROR(publisher->Publish(m.version));
+  return Status::OK();
+}
+
+std::map<std::string, double> Trainer::DomainWeights() const {
+  std::map<std::string, double> w;
+  const auto counts = reader_->DomainCounts();
+  double total = 0;
+  for (const auto& [d, n] : counts) total += static_cast<double>(n);
+  for (const auto& [d, n] : counts) {
+    double x = std::max(total > 0 ? n / total : 0.0, options_.min_domain_share);
+    auto best = best_alpha_.find(d);
+    auto live = live_alpha_.find(d);
+    if (best != best_alpha_.end() && live != live_alpha_.end()) {
+      x *= 1 + options_.alpha_gap_boost * std::max(0.0, best->second - live->second);
+    }
+    w[d] = x;
+  }
+  return w;
+}
+
+Status Trainer::RunOnline(const std::atomic<bool>& stop, DraftPublisher* publisher) {
+  using Clock = std::chrono::steady_clock;
+  const auto interval = std::chrono::milliseconds(options_.catch_up_interval_ms);
+  auto last_catch_up = Clock::now();
+  while (!stop.load()) {
+    if (Clock::now() - last_catch_up >= interval) {
+      Status s = CatchUp();
+      if (!s.ok()) Log("catch-up failed: " + s.ToString());
+      last_catch_up = Clock::now();
+    }
+    SampleOptions so;
+    so.batch_size = static_cast<size_t>(options_.batch_records);
+    so.domain_weights = DomainWeights();
+    so.half_life_seconds = options_.half_life_seconds;
+    std::vector<Record> batch;
+    Status s = reader_->Sample(so, &rng_, &batch);
+    if (s.IsNotFound()) {  // no records yet: wait for the next catch-up
+      for (int i = 0; i < 10 && !stop.load(); ++i) {
+        std::this_thread::sleep_for(interval / 10);
+      }
+      last_catch_up = Clock::now() - interval;
+      continue;
+    }
+    SPECLOOP_RETURN_IF_ERROR(s);
+    std::vector<const Record*> ptrs;
+    for (const Record& r : batch) {
+      if (!IsHeldOut(r, options_.heldout_fraction)) ptrs.push_back(&r);
+    }
+    double loss = 0;
+    SPECLOOP_RETURN_IF_ERROR(TrainStep(ptrs, &loss));
+    if (options_.eval_every_steps > 0 && steps_ % options_.eval_every_steps == 0 && loss != 0) {
+      EvalResult r;
+      Status es = EvaluateAndPublish(publisher, /*force=*/false, &r);
+      if (!es.ok()) Log("evaluation failed: " + es.ToString());
+    }
+  }
+  return Status::OK();
+}
+
+Status Trainer::RunOffline(int epochs, bool force,
+                           const std::function<void(const OfflineProgress&)>& progress,
+                           EvalResult* result) {
+  std::vector<Record> train;
+  ScanOptions so;
+  SPECLOOP_RETURN_IF_ERROR(reader_->Scan(so, [&](size_t, const Record& r) {
+    if (!IsHeldOut(r, options_.heldout_fraction)) train.push_back(r);
+    return true;
+  }));
+  const size_t B = static_cast<size_t>(std::max(1, options_.batch_records));
+  OfflineProgress p;
+  p.epochs = epochs;
+  p.steps = static_cast<int64_t>(epochs) * static_cast<int64_t>((train.size() + B - 1) / B);
+  std::vector<size_t> order(train.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (int e = 0; e < epochs; ++e) {
+    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng_.Next() % i]);
+    for (size_t b = 0; b < order.size(); b += B) {
+      std::vector<const Record*> batch;
+      for (size_t i = b; i < std::min(order.size(), b + B); ++i) batch.push_back(&train[order[i]]);
+      SPECLOOP_RETURN_IF_ERROR(TrainStep(batch, &p.loss));
+      p.epoch = e + 1;
+      ++p.step;
+      if (progress) progress(p);
+    }
+  }
+  return EvaluateAndPublish(nullptr, force, result);
+}
+
+}  // namespace trainer
+}  // namespace specloop

@@ -1,0 +1,144 @@
+// Trainer: distils the draft toward the target on replay-buffer records (DESIGN.md section 6).
+//
+// It holds two drafts: the LIVE one (the latest checkpoint, or the initial draft when there
+// is none: what workers serve) and the CANDIDATE it trains with AdamW. Periodically it
+// estimates both on the same held-out logged positions (alpha_estimate.h) and asks the gate
+// (publish_gate.h); a candidate that passes is saved as the next checkpoint (checkpoint_store.h),
+// announced (common/draft_channel.h) and becomes the live draft; one that fails is not
+// published and training goes on (the reason goes to the log and to
+// specloop_train_checkpoints_rejected_total{reason}).
+//
+// Data. Records are held out by a hash of their request id (training_examples.h). Online,
+// training batches come from ReplayReader::Sample: a domain is drawn with weight
+//   max(traffic share, min_domain_share) * (1 + alpha_gap_boost * (best alpha - live alpha))
+// (traffic = records in the buffers; the gap is the domain's fall from the best live alpha
+// seen), then a record of it with recency half-life half_life_seconds, so older data and
+// quieter domains keep being replayed. Offline, epochs run over every training record in a
+// seeded shuffled order (all records are read into memory).
+//
+// A restarted trainer resumes from `latest` (weights, version, steps and samples; the
+// optimizer's moments start afresh).
+//
+// Thread safety: none; one thread drives a Trainer.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "buffer/replay_reader.h"
+#include "common/llama_model.h"
+#include "common/metrics.h"
+#include "common/rng.h"
+#include "trainer/adamw.h"
+#include "trainer/alpha_estimate.h"
+#include "trainer/checkpoint_store.h"
+#include "trainer/distill_loss.h"
+#include "trainer/publish_gate.h"
+#include "trainer/trainer_metrics.h"
+
+namespace specloop {
+
+class DraftPublisher;
+
+namespace trainer {
+
+struct TrainerOptions {
+  std::string draft_dir;                 // initial draft, used when no checkpoint exists
+  std::vector<std::string> buffer_dirs;  // replay buffers, opened as RocksDB secondaries
+  std::string checkpoint_dir;
+  // Default: fkl (the objective comparison in trainer/README.md picks it).
+  ObjectiveSpec objective;
+  AdamWOptions adamw;
+  int batch_records = 8;              // records per optimizer step. Default: 8.
+  int warmup_steps = 20;              // linear learning-rate warm-up. Default: 20.
+  double half_life_seconds = 3600.0;  // recency half-life of online sampling. Default: 1 h.
+  double min_domain_share = 0.05;     // domain weight floor (replay). Default: 0.05.
+  double alpha_gap_boost = 4.0;       // domain weight boost per unit of alpha gap. Default: 4.
+  double heldout_fraction = 0.1;      // records held out for evaluation. Default: 0.1.
+  size_t max_heldout_per_domain = 256;  // newest held-out records kept per domain.
+  int eval_every_steps = 200;         // online: steps between evaluations. Default: 200.
+  int eval_batch_records = 16;        // records per evaluation forward. Default: 16.
+  GateOptions gate;
+  int keep_last = 5;                  // checkpoints kept. Default: 5.
+  uint32_t catch_up_interval_ms = 5000;  // online: buffer catch-up period. Default: 5 s.
+  uint64_t seed = 1;
+  std::string device = "cpu";
+};
+
+struct EvalResult {
+  AlphaEstimate live, candidate;
+  GateDecision decision;
+  uint64_t version = 0;  // the checkpoint written, when the candidate was published
+};
+
+struct OfflineProgress {
+  int epoch = 0, epochs = 0;
+  int64_t step = 0, steps = 0;  // within the whole run
+  double loss = 0;
+};
+
+class Trainer {
+ public:
+  // Loads the live and candidate drafts (from checkpoint_dir's latest, else draft_dir), opens
+  // the buffers and reads the held-out set. `registry` (may be null) receives the metrics and
+  // must outlive the trainer.
+  static Status Open(const TrainerOptions& options, metrics::Registry* registry,
+                     std::unique_ptr<Trainer>* out);
+  ~Trainer();
+
+  // Catches the buffers up and adds new held-out records to the evaluation set.
+  Status CatchUp();
+  // One AdamW step of the objective on the logged positions of `batch`. *loss: its value
+  // (0 and no step when the batch has no usable position).
+  Status TrainStep(const std::vector<const Record*>& batch, double* loss);
+  // Estimates live and candidate on the held-out set and applies the gate.
+  Status Evaluate(EvalResult* result);
+  // Evaluate(); when the gate passes (or `force`), saves the candidate as the next
+  // checkpoint, makes it live and announces it on `publisher` (may be null).
+  Status EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalResult* result);
+
+  // The long-running loop of `specloop train`, until `stop` becomes true.
+  Status RunOnline(const std::atomic<bool>& stop, DraftPublisher* publisher);
+  // `specloop train --offline`: `epochs` passes over the training records, then
+  // EvaluateAndPublish(nullptr, force, result). `progress` (may be empty) is called after
+  // every step.
+  Status RunOffline(int epochs, bool force,
+                    const std::function<void(const OfflineProgress&)>& progress,
+                    EvalResult* result);
+
+  LlamaModel* candidate() { return candidate_.get(); }
+  const LlamaModel* live() const { return live_.get(); }
+  uint64_t live_version() const { return live_version_; }
+  const std::vector<Record>& heldout() const { return heldout_; }
+  const CheckpointStore& checkpoints() const { return *store_; }
+  int64_t steps() const { return steps_; }
+
+ private:
+  Trainer() = default;
+  Status LoadDrafts();
+  Status ScanNew(std::vector<Record>* train);  // reads records newer than last_scan_us_
+  void AddHeldOut(Record r);
+  std::map<std::string, double> DomainWeights() const;
+
+  TrainerOptions options_;
+  std::unique_ptr<ReplayReader> reader_;
+  std::unique_ptr<CheckpointStore> store_;
+  std::unique_ptr<LlamaModel> live_, candidate_;
+  std::unique_ptr<AdamW> optimizer_;
+  uint64_t live_version_ = 0;
+  int64_t steps_ = 0, samples_ = 0;
+  std::vector<Record> heldout_;
+  uint64_t last_scan_us_ = 0;  // records with time_us < this were scanned
+  std::map<std::string, double> live_alpha_, best_alpha_;
+  Rng rng_;
+  TrainerMetrics metrics_;
+  metrics::Registry own_registry_;  // used when no registry is given
+};
+
+}  // namespace trainer
+}  // namespace specloop

@@ -1,0 +1,111 @@
+#include "trainer/training_examples.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "buffer/half.h"
+
+namespace specloop {
+namespace trainer {
+
+namespace {
+
+uint64_t Fnv1a(const std::string& s, uint64_t h = 1469598103934665603ULL) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
+bool IsHeldOut(const Record& r, double fraction) {
+  if (fraction <= 0) return false;
+  const std::string key = !r.request_id.empty()
+                              ? r.request_id
+                              : std::to_string(r.time_us) + "/" + std::to_string(r.worker_id) +
+                                    "/" + r.domain;
+  uint64_t h = Fnv1a(key);
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  return static_cast<double>(h >> 11) * 0x1.0p-53 < fraction;
+}
+
+void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, int max_positions,
+                        PositionBatch* out) {
+  *out = PositionBatch();
+  size_t K = std::numeric_limits<size_t>::max();
+  for (const Record* r : records) {
+    if (!r->steps.empty()) K = std::min<size_t>(K, r->top_k);
+  }
+  if (K == std::numeric_limits<size_t>::max() || K == 0) K = 0;
+  std::vector<int64_t> rows, ids;
+  std::vector<float> lps, tails;
+  std::vector<uint32_t> seen(static_cast<size_t>(std::max(vocab, 1)), 0);
+  uint32_t stamp = 0;
+  int64_t row_base = 0;
+  for (const Record* r : records) {
+    if (K == 0) break;
+    const size_t RK = r->top_k;
+    const int64_t limit = std::min<int64_t>(r->tokens.size(), max_positions);
+    int64_t needed = 0;  // tokens to feed: covers every used row's input index
+    const size_t before = rows.size();
+    for (const SpecStep& st : r->steps) {
+      const size_t k = st.draft_tokens.size();
+      if (st.topk_ids.size() != (k + 1) * RK || st.topk_logprobs.size() != (k + 1) * RK ||
+          st.tail_mass.size() != k + 1) {
+        continue;
+      }
+      for (size_t j = 0; j <= std::min<size_t>(st.num_accepted, k); ++j) {
+        const int64_t pos = static_cast<int64_t>(st.start_pos) + static_cast<int64_t>(j);
+        if (pos < 1 || pos >= limit) continue;  // row predicts tokens[pos]; read at pos - 1
+        // Validate the row.
+        ++stamp;
+        bool ok = true;
+        double mass = 0, dropped = 0;
+        for (size_t i = 0; i < RK && ok; ++i) {
+          const int32_t id = st.topk_ids[j * RK + i];
+          const float lp = HalfToFloat(st.topk_logprobs[j * RK + i]);
+          if (i >= K) {
+            if (!std::isnan(lp)) dropped += std::exp(static_cast<double>(lp));
+            continue;
+          }
+          if (id < 0 || id >= vocab || seen[id] == stamp || std::isnan(lp)) ok = false;
+          if (ok) {
+            seen[id] = stamp;
+            mass += std::exp(static_cast<double>(lp));
+          }
+        }
+        float tail = st.tail_mass[j];
+        if (std::isnan(tail)) tail = 0.0f;
+        tail = static_cast<float>(std::clamp(static_cast<double>(tail) + dropped, 0.0, 1.0));
+        if (!ok || mass + tail <= 0) continue;
+        for (size_t i = 0; i < K; ++i) {
+          ids.push_back(st.topk_ids[j * RK + i]);
+          lps.push_back(HalfToFloat(st.topk_logprobs[j * RK + i]));
+        }
+        tails.push_back(tail);
+        rows.push_back(row_base + pos - 1);
+        out->domains.push_back(r->domain);
+        needed = std::max(needed, pos);
+      }
+    }
+    if (rows.size() == before) continue;
+    out->inputs.emplace_back(r->tokens.begin(), r->tokens.begin() + needed);
+    row_base += needed;
+  }
+  const int64_t N = static_cast<int64_t>(rows.size());
+  const int64_t KK = static_cast<int64_t>(K);
+  auto i64 = at::TensorOptions().dtype(at::kLong);
+  auto f32 = at::TensorOptions().dtype(at::kFloat);
+  out->rows = at::from_blob(rows.data(), {N}, i64).clone();
+  out->target_ids = at::from_blob(ids.data(), {N, KK}, i64).clone();
+  out->target_logprobs = at::from_blob(lps.data(), {N, KK}, f32).clone();
+  out->target_tail = at::from_blob(tails.data(), {N}, f32).clone();
+}
+
+}  // namespace trainer
+}  // namespace specloop

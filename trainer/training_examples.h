@@ -1,0 +1,53 @@
+// Training examples: the logged positions of replay-buffer records, as the tensors the losses
+// and the acceptance estimates take.
+//
+// Which rows of a step are used. A SpecStep verified k draft tokens; row j in [0, k] of its
+// target distribution predicts the token at index start_pos + j of the sequence the target
+// saw, given the context tokens[0, start_pos) + draft_tokens[0, j) (buffer/record.h). For
+// j <= num_accepted that context is a prefix of Record::tokens (the first num_accepted drafts
+// were accepted, so they are tokens[start_pos, start_pos + j)); for j > num_accepted it holds a
+// rejected draft token that Record::tokens does not. So the trainer uses rows
+// j = 0 .. num_accepted of each step: one forward over the record's tokens gives the draft's
+// logits for all of them (row j is read at input index start_pos + j - 1). The rows past the
+// first rejection are dropped: recovering them costs one more forward per step.
+//
+// Records of one batch may log different K: the batch uses the smallest, and a row logged
+// with more entries keeps its first K and moves the mass of the others into its tail.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "buffer/record.h"
+
+namespace specloop {
+namespace trainer {
+
+struct PositionBatch {
+  // Per record that contributed a position, the tokens to feed (a prefix of its tokens).
+  std::vector<std::vector<int64_t>> inputs;
+  // For every position n (N in all):
+  at::Tensor rows;             // [N] int64: row of the concatenated all-logits forward output
+  at::Tensor target_ids;       // [N, K] int64
+  at::Tensor target_logprobs;  // [N, K] float32
+  at::Tensor target_tail;      // [N] float32
+  std::vector<std::string> domains;  // [N]: the record's domain
+  int64_t size() const { return static_cast<int64_t>(domains.size()); }
+};
+
+// Builds the positions of `records` (rows chosen as above). Rows with an id outside
+// [0, vocab), a repeated id, a NaN log-prob or no target mass are skipped, as are positions at
+// or beyond max_positions (the draft's context limit). An empty batch (size() == 0) is valid.
+void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, int max_positions,
+                        PositionBatch* out);
+
+// Deterministic hold-out: true for about `fraction` of records, chosen by a hash of the
+// request id (of time, worker and domain when the id is empty), so a record is held out in
+// every run and every trainer.
+bool IsHeldOut(const Record& record, double fraction);
+
+}  // namespace trainer
+}  // namespace specloop
