@@ -97,4 +97,98 @@ int SpeculationPolicy::ChooseK() {
   return ++zero_streak_ % std::max(1, options_.probe_interval) == 0 ? best_spec : 0;
 }
 
+double SpeculationPolicy::ExpectedRateInBatch(int k, const BatchCostModel& cost,
+                                              int batch_size) const {
+  const double time =
+      k * draft_seconds_per_token() + cost.SecondsPerSequence(std::max(1, batch_size), k + 1);
+  return time > 0 ? ExpectedTokensPerStep(alpha(), k) / time : 0.0;
+}
+
+int SpeculationPolicy::ChooseKInBatch(const BatchCostModel& cost, int batch_size) {
+  if (cost.empty() || draft_n_ <= 0) return ChooseK();
+  batch_size = std::max(1, batch_size);
+  int best = 0, best_spec = 1;
+  double best_rate = ExpectedRateInBatch(0, cost, batch_size), best_spec_rate = 0;
+  for (int k = 1; k <= options_.k_max; ++k) {
+    const double r = ExpectedRateInBatch(k, cost, batch_size);
+    if (r > best_rate) {
+      best = k;
+      best_rate = r;
+    }
+    if (r > best_spec_rate) {
+      best_spec = k;
+      best_spec_rate = r;
+    }
+  }
+  if (best > 0) {
+    batch_zero_streak_ = 0;
+    return best;
+  }
+  const int64_t interval = int64_t{std::max(1, options_.probe_interval)} * batch_size;
+  return ++batch_zero_streak_ % interval == 0 ? best_spec : 0;
+}
+
+BatchCostModel::BatchCostModel(double half_life)
+    : decay_(std::pow(0.5, 1.0 / std::max(1.0, half_life))) {
+  for (int r = 1; r <= 16; ++r) grid_.push_back(r);
+  while (grid_.back() < 4096) grid_.push_back(static_cast<int>(grid_.back() * 1.5));
+  seconds_.assign(grid_.size(), 0.0);
+}
+
+bool BatchCostModel::empty() const {
+  return std::all_of(seconds_.begin(), seconds_.end(), [](double s) { return s <= 0; });
+}
+
+size_t BatchCostModel::Nearest(int rows) const {
+  auto it = std::lower_bound(grid_.begin(), grid_.end(), rows);
+  if (it == grid_.end()) return grid_.size() - 1;
+  const size_t hi = it - grid_.begin();
+  if (hi == 0 || *it == rows) return hi;
+  // Nearest by ratio: rows vs the geometric midpoint.
+  return double(rows) * rows < double(grid_[hi]) * grid_[hi - 1] ? hi - 1 : hi;
+}
+
+void BatchCostModel::Seed(int rows, double seconds) {
+  if (rows < 1 || !(seconds > 0)) return;
+  const size_t i = Nearest(rows);
+  seconds_[i] = seconds * grid_[i] / rows;  // calibration runs use grid sizes: exact there
+}
+
+void BatchCostModel::Observe(int rows, double seconds) {
+  if (rows < 1 || !(seconds > 0)) return;
+  const size_t i = Nearest(rows);
+  const double here = Seconds(rows), there = Seconds(grid_[i]);
+  const double scaled =
+      here > 0 && there > 0 ? seconds * there / here : seconds * grid_[i] / rows;
+  double& c = seconds_[i];
+  c = c > 0 ? c * decay_ + scaled * (1.0 - decay_) : scaled;
+}
+
+double BatchCostModel::Seconds(int rows) const {
+  if (rows < 1) rows = 1;
+  // The measured points around `rows`.
+  int lo = -1, hi = -1;
+  for (size_t i = 0; i < grid_.size(); ++i) {
+    if (seconds_[i] <= 0) continue;
+    if (grid_[i] <= rows) lo = i;
+    if (grid_[i] >= rows) {
+      hi = i;
+      break;
+    }
+  }
+  if (lo < 0 && hi < 0) return 0.0;
+  if (lo >= 0 && hi >= 0) {
+    if (lo == hi) return seconds_[lo];
+    const double t = double(rows - grid_[lo]) / (grid_[hi] - grid_[lo]);
+    return seconds_[lo] * (1 - t) + seconds_[hi] * t;
+  }
+  if (hi >= 0) return seconds_[hi];  // below the smallest measured: flat
+  return seconds_[lo] * rows / grid_[lo];  // beyond the largest: proportional to rows
+}
+
+double BatchCostModel::SecondsPerSequence(int batch_size, int positions) const {
+  batch_size = std::max(1, batch_size);
+  return Seconds(batch_size * std::max(1, positions)) / batch_size;
+}
+
 }  // namespace specloop

@@ -13,6 +13,8 @@
 // (or per request). Not thread-safe.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace specloop {
@@ -55,6 +57,17 @@ class SpeculationPolicy {
   // Expected tokens per second at speculation length k under the current estimates.
   double ExpectedRate(int k) const;
 
+  // Batched serving (see BatchCostModel below): the k with the highest expected tokens per
+  // second for one sequence of a batch of `batch_size` sequences, the target's cost per
+  // sequence read from `cost` as its share of a forward over batch_size * (k + 1) rows.
+  // Large batches make verification cheap per row and drafting (one sequence at a time)
+  // relatively dear, so this turns speculation down and then off. While k = 0 wins, it probes
+  // once every probe_interval * batch_size choices (each probe delays the whole batch).
+  // Falls back to ChooseK() while `cost` has no measurement.
+  int ChooseKInBatch(const class BatchCostModel& cost, int batch_size);
+  // Expected tokens per second of one sequence at length k in a batch of `batch_size`.
+  double ExpectedRateInBatch(int k, const class BatchCostModel& cost, int batch_size) const;
+
   // Sets a cost estimate directly (a calibration run), replacing what was observed.
   void SeedTarget(int positions, double seconds);
   void SeedDraft(double seconds_per_token);
@@ -69,6 +82,37 @@ class SpeculationPolicy {
   // Draft cost: decayed sums of seconds and tokens.
   double draft_s_ = 0, draft_n_ = 0;
   int zero_streak_ = 0;  // consecutive choices of k = 0
+  int64_t batch_zero_streak_ = 0;  // consecutive choices of k = 0 by ChooseKInBatch
+};
+
+// BatchCostModel: seconds of one batched target forward as a function of the total rows (new
+// positions summed over the batch's sequences), on a fixed grid of row counts (1..16, then
+// steps of about 1.5x up to 4096), interpolated linearly between measured points and
+// extrapolated proportionally to rows beyond the largest. Each observation updates the grid
+// point nearest to its row count (after scaling the seconds by the model's own ratio between
+// the two sizes), as an exponentially weighted average. Per-sequence count effects (attention
+// over each sequence's own cache) are folded into the rows. Not thread-safe (the scheduler
+// owns it).
+class BatchCostModel {
+ public:
+  // `half_life` in observations per grid point. Default: 32.
+  explicit BatchCostModel(double half_life = 32.0);
+
+  void Observe(int rows, double seconds);
+  // Sets the grid point nearest `rows` (a calibration run), replacing what was observed.
+  void Seed(int rows, double seconds);
+  // Seconds for a forward of `rows` rows; 0 when nothing is measured.
+  double Seconds(int rows) const;
+  // A sequence's share of a forward in which each of `batch_size` sequences brings
+  // `positions` rows: Seconds(batch_size * positions) / batch_size.
+  double SecondsPerSequence(int batch_size, int positions) const;
+  bool empty() const;
+
+ private:
+  size_t Nearest(int rows) const;
+  double decay_;
+  std::vector<int> grid_;        // row counts, increasing
+  std::vector<double> seconds_;  // [grid index]; 0 = not measured
 };
 
 // Expected tokens emitted per verification step at acceptance alpha and length k.

@@ -10,5 +10,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code);
 void AddConvertCommand(CLI::App& app, int* exit_code);
 // `specloop buffer stats|export|verify` (buffer/buffer_command.cc, library specloop_buffer_cli).
 void AddBufferCommand(CLI::App& app, int* exit_code);
+// `specloop serve` (serve/serve_command.cc, library specloop_serve).
+void AddServeCommand(CLI::App& app, int* exit_code);
 
 }  // namespace specloop

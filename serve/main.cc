@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   specloop::AddGenerateCommand(app, &exit_code);
   specloop::AddConvertCommand(app, &exit_code);
   specloop::AddBufferCommand(app, &exit_code);
+  specloop::AddServeCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -1,0 +1,276 @@
+#include "serve/http_server.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "serve/sample_logger.h"
+
+namespace specloop {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kJson = "application/json";
+
+std::string Dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+json UsageJson(const RequestEvent& done) {
+  return {{"prompt_tokens", done.prompt_tokens},
+          {"completion_tokens", done.completion_tokens},
+          {"total_tokens", done.prompt_tokens + done.completion_tokens}};
+}
+
+json SpeculativeJson(const SpeculativeUsage& s) {
+  return {{"drafted", s.drafted},
+          {"accepted", s.accepted},
+          {"acceptance_rate", s.acceptance_rate()},
+          {"steps", s.steps},
+          {"draft_version", s.draft_version}};
+}
+
+ApiError ServerError(int status, const std::string& message) {
+  ApiError e;
+  e.status = status;
+  e.message = message;
+  e.type = status == 429 ? "rate_limit_error" : status >= 500 ? "server_error"
+                                                               : "invalid_request_error";
+  return e;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(const HttpServerOptions& options, Scheduler* scheduler,
+                       ServingMetrics* metrics, const Tokenizer* tokenizer,
+                       const ModelConfig* config, const ReplayLogger* logger,
+                       const SampleLogger* sample_logger)
+    : options_(options),
+      scheduler_(scheduler),
+      metrics_(metrics),
+      logger_(logger),
+      sample_logger_(sample_logger),
+      server_(std::make_unique<httplib::Server>()),
+      id_salt_(std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32)) {
+  limits_.model_name = options.model_name;
+  limits_.config = config;
+  limits_.tokenizer = tokenizer;
+  limits_.max_tokens_limit = options.max_tokens_limit;
+  Routes();
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+std::string HttpServer::Fingerprint() const {
+  return "specloop-w" + std::to_string(options_.worker_id) + "-" + options_.target_id;
+}
+
+Status HttpServer::Bind(int* port) {
+  const int threads = std::max(4, options_.threads);
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->set_payload_max_length(options_.max_body_bytes);
+  int bound = -1;
+  if (options_.port == 0) {
+    bound = server_->bind_to_any_port(options_.host);
+  } else if (server_->bind_to_port(options_.host, options_.port)) {
+    bound = options_.port;
+  }
+  if (bound <= 0) {
+    return Status::IOError("cannot bind " + options_.host + ":" + std::to_string(options_.port));
+  }
+  *port = bound;
+  return Status::OK();
+}
+
+Status HttpServer::Run() {
+  if (!server_->listen_after_bind()) return Status::IOError("HTTP server failed");
+  return Status::OK();
+}
+
+void HttpServer::Stop() {
+  if (server_) server_->stop();
+}
+
+void HttpServer::Routes() {
+  auto send_error = [this](httplib::Response& res, const ApiError& e) {
+    metrics_->ObserveHttpError(e.status);
+    res.status = e.status;
+    res.set_content(Dump(e.ToJson()), kJson);
+  };
+
+  server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const bool ok = scheduler_->running();
+    json j = {{"status", ok ? "ok" : "unavailable"},
+              {"draft_version", scheduler_->draft_version()},
+              {"active", scheduler_->active()},
+              {"waiting", scheduler_->waiting()}};
+    res.status = ok ? 200 : 503;
+    res.set_content(Dump(j), kJson);
+  });
+
+  server_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    json model = {{"id", options_.model_name},
+                  {"object", "model"},
+                  {"created", 0},
+                  {"owned_by", "specloop"},
+                  {"max_model_len", limits_.config->max_position_embeddings},
+                  {"draft_version", scheduler_->draft_version()}};
+    res.set_content(Dump({{"object", "list"}, {"data", json::array({model})}}), kJson);
+  });
+
+  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_->Render(logger_, sample_logger_),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+
+  server_->Post("/v1/completions", [this, send_error](const httplib::Request& req,
+                                                      httplib::Response& res) {
+    CompletionParams params;
+    ApiError error;
+    const uint64_t n = next_id_.fetch_add(1);
+    std::mt19937_64 seed_gen(id_salt_ ^ (n * 0x9e3779b97f4a7c15ULL));
+    if (!ParseCompletionRequest(req.body, req.get_header_value("X-Domain"), limits_,
+                                seed_gen(), &params, &error)) {
+      return send_error(res, error);
+    }
+    char id[40];
+    std::snprintf(id, sizeof(id), "cmpl-%08llx%06llx", (unsigned long long)(id_salt_ >> 32),
+                  (unsigned long long)n);
+    params.request_id = id;
+    const bool stream = params.stream;
+    auto channel = std::make_shared<RequestChannel>(std::move(params));
+    switch (scheduler_->Submit(channel)) {
+      case Scheduler::SubmitResult::kOk:
+        break;
+      case Scheduler::SubmitResult::kQueueFull:
+        return send_error(res, ServerError(429, "too many requests waiting; retry later"));
+      case Scheduler::SubmitResult::kStopped:
+        return send_error(res, ServerError(503, "server shutting down"));
+    }
+    const int64_t created = UnixSeconds();
+    json head = {{"id", id},
+                 {"object", "text_completion"},
+                 {"created", created},
+                 {"model", options_.model_name},
+                 {"system_fingerprint", Fingerprint()}};
+
+    if (!stream) {
+      std::string text;
+      RequestEvent e;
+      while (true) {
+        if (!channel->Next(std::chrono::seconds(1), &e)) {
+          if (!scheduler_->running()) {
+            channel->Cancel();
+            return send_error(res, ServerError(503, "server shutting down"));
+          }
+          continue;
+        }
+        if (e.type == RequestEvent::Type::kDelta) {
+          text += e.text;
+          continue;
+        }
+        break;
+      }
+      if (e.type == RequestEvent::Type::kError) {
+        return send_error(res, ServerError(e.http_status, e.error));
+      }
+      json body = head;
+      body["choices"] = json::array({{{"text", text},
+                                      {"index", 0},
+                                      {"logprobs", nullptr},
+                                      {"finish_reason", e.finish_reason}}});
+      body["usage"] = UsageJson(e);
+      body["speculative"] = SpeculativeJson(e.speculative);
+      res.set_content(Dump(body), kJson);
+      return;
+    }
+
+    // Streaming: one provider call runs the whole stream.
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, channel, head](size_t, httplib::DataSink& sink) {
+          auto send = [&sink](const json& j) {
+            const std::string s = "data: " + Dump(j) + "\n\n";
+            return sink.write(s.data(), s.size());
+          };
+          auto chunk = [&head](const std::string& text, const json& finish) {
+            json c = head;
+            c["choices"] = json::array(
+                {{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}}});
+            return c;
+          };
+          RequestEvent e;
+          while (true) {
+            if (!channel->Next(std::chrono::milliseconds(200), &e)) {
+              if (!sink.is_writable() || !scheduler_->running()) {
+                channel->Cancel();
+                return false;
+              }
+              continue;
+            }
+            if (e.type == RequestEvent::Type::kDelta) {
+              if (!send(chunk(e.text, nullptr))) {
+                channel->Cancel();
+                return false;
+              }
+              continue;
+            }
+            if (e.type == RequestEvent::Type::kError) {
+              metrics_->ObserveHttpError(e.http_status);
+              send(ServerError(e.http_status, e.error).ToJson());
+            } else {
+              json last = chunk("", e.finish_reason);
+              last["usage"] = UsageJson(e);
+              last["speculative"] = SpeculativeJson(e.speculative);
+              if (!send(last)) return false;
+            }
+            static const std::string kDone = "data: [DONE]\n\n";
+            sink.write(kDone.data(), kDone.size());
+            sink.done();
+            return true;
+          }
+        },
+        [channel](bool success) {
+          if (!success) channel->Cancel();
+        });
+  });
+
+  server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e;
+    e.status = res.status;
+    e.message = res.status == 404   ? "no route for " + req.method + " " + req.path
+                : res.status == 413 ? "request body too large"
+                                    : "request failed with status " + std::to_string(res.status);
+    res.set_content(Dump(e.ToJson()), kJson);
+  });
+
+  server_->set_exception_handler(
+      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& ex) {
+          what = ex.what();
+        } catch (...) {
+        }
+        metrics_->ObserveHttpError(500);
+        res.status = 500;
+        res.set_content(Dump(ServerError(500, what).ToJson()), kJson);
+      });
+}
+
+}  // namespace specloop

@@ -1,0 +1,84 @@
+// HttpServer: the OpenAI-compatible HTTP front (cpp-httplib), DESIGN.md section 9.
+//
+//   POST /v1/completions   validate + tokenize (completion_params.h), queue to the Scheduler,
+//                          then answer in one JSON object or stream server-sent events
+//                          ("data: {chunk}\n\n" ... "data: [DONE]\n\n");
+//   GET  /v1/models        the served model;
+//   GET  /health           200 while the scheduler runs, else 503;
+//   GET  /metrics          Prometheus text exposition 0.0.4.
+//
+// Handler threads never touch a model: they wait on (or stream from) the request's channel.
+// A streaming client that disconnects cancels its request. Errors are OpenAI error objects:
+// 400 bad input, 404 unknown model or route, 413 body too large, 429 queue full, 503 shutting
+// down, 500 engine failure; none of them stops the server.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "common/model_config.h"
+#include "common/status.h"
+#include "common/tokenizer.h"
+#include "serve/completion_params.h"
+#include "serve/scheduler.h"
+#include "serve/serving_metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace specloop {
+
+class ReplayLogger;
+class SampleLogger;
+
+struct HttpServerOptions {
+  // Bind address. Default: 127.0.0.1 (loopback only).
+  std::string host = "127.0.0.1";
+  // Port; 0 picks a free one (see Bind()). Default: 8000.
+  int port = 8000;
+  // Largest request body accepted (413 beyond). Default: 1 MiB.
+  size_t max_body_bytes = 1 << 20;
+  // HTTP worker threads (each waiting request holds one). Default: 96.
+  int threads = 96;
+  // Name in /v1/models and responses, worker and target ids (system_fingerprint).
+  std::string model_name = "specloop";
+  uint32_t worker_id = 0;
+  std::string target_id;
+  // Largest max_tokens a request may ask for. Default: the context limit.
+  int max_tokens_limit = 1 << 30;
+};
+
+class HttpServer {
+ public:
+  // None of the pointers is owned; all must outlive the server. `logger` and
+  // `sample_logger` may be null (no logging).
+  HttpServer(const HttpServerOptions& options, Scheduler* scheduler, ServingMetrics* metrics,
+             const Tokenizer* tokenizer, const ModelConfig* config, const ReplayLogger* logger,
+             const SampleLogger* sample_logger);
+  ~HttpServer();
+
+  // Binds the listening socket and stores the bound port in *port (useful with port 0).
+  Status Bind(int* port);
+  // Serves until Stop(). REQUIRES: Bind() succeeded. Blocks.
+  Status Run();
+  // Makes Run() return; safe from any thread, idempotent.
+  void Stop();
+
+ private:
+  void Routes();
+  std::string Fingerprint() const;
+
+  const HttpServerOptions options_;
+  Scheduler* scheduler_;
+  ServingMetrics* metrics_;
+  CompletionLimits limits_;
+  const ReplayLogger* logger_;
+  const SampleLogger* sample_logger_;
+  std::unique_ptr<httplib::Server> server_;
+  std::atomic<uint64_t> next_id_{0};
+  const uint64_t id_salt_;
+};
+
+}  // namespace specloop

@@ -1,0 +1,100 @@
+// SampleLogger: the glue from a sequence's speculative steps to replay-buffer Records
+// (buffer/record.h) written through the asynchronous ReplayLogger.
+//
+// The scheduler thread does the cheap part: per step it hands over the draft tokens, the
+// number accepted, the start position and a view of the target's k + 1 logits rows (no copy;
+// the view keeps the batch's logits tensor alive until the worker is done with it), and at the
+// end of the request the final tokens. A worker thread does the rest off the decoding path:
+// log-softmax at temperature 1, the top-K ids and log-probs (fp16), the tail mass, and the
+// ReplayLogger::Log() of the finished record.
+//
+// Never blocks the caller: past `max_pending_steps` queued steps a step is dropped (the record
+// is still written, without that step) and counted; ReplayLogger drops are counted there.
+//
+// Thread safety: Begin/AddStep/Finish from one thread (the scheduler); stats from any.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "buffer/record.h"
+#include "buffer/replay_logger.h"
+
+namespace specloop {
+
+struct SampleLoggerOptions {
+  // K: target distribution entries kept per position. Default: 64.
+  int top_k = 64;
+  // Most steps queued for the worker; more are dropped. Default: 2048.
+  size_t max_pending_steps = 2048;
+  // Worker id and target id stamped on every record.
+  uint32_t worker_id = 0;
+  std::string target_id;
+};
+
+// Fills `step`'s top-K fields from `rows` ([k + 1, vocab] float32 logits, contiguous rows):
+// for each row the K largest raw log-probs at temperature 1 (ties toward lower ids, in
+// decreasing order), as fp16 bits, and the mass outside them. Exposed for tests.
+void FillTopK(const float* rows, int num_rows, int vocab, int top_k, SpecStep* step);
+
+class SampleLogger {
+ public:
+  // `logger` (not owned) must outlive this object.
+  SampleLogger(ReplayLogger* logger, const SampleLoggerOptions& options);
+  // Drains the queue (every finished request is logged) and stops the worker.
+  ~SampleLogger();
+  SampleLogger(const SampleLogger&) = delete;
+  SampleLogger& operator=(const SampleLogger&) = delete;
+
+  // One request's record under construction; opaque to the scheduler.
+  struct Trace;
+
+  // Starts a record: domain, request id, draft version, sampling, prompt (the prompt's ids).
+  std::shared_ptr<Trace> Begin(const std::string& domain, const std::string& request_id,
+                               uint64_t draft_version, const SamplingParams& sampling,
+                               const std::vector<int>& prompt);
+  // One verification step. `start_pos`: index in the sequence of the first draft token (the
+  // sequence's length before the step's drafts); `rows`: the step's k + 1 target logits rows
+  // ([k + 1, vocab] float32 on the CPU).
+  void AddStep(const std::shared_ptr<Trace>& trace, uint32_t start_pos,
+               const std::vector<int>& draft_tokens, int num_accepted, at::Tensor rows);
+  // The request ended (any reason): `tokens` = prompt + every generated id. Queues the record.
+  void Finish(const std::shared_ptr<Trace>& trace, const std::vector<int>& tokens);
+
+  uint64_t steps_dropped() const { return steps_dropped_.load(); }
+  uint64_t records_submitted() const { return records_submitted_.load(); }
+  // Steps and records waiting for the worker.
+  size_t pending() const;
+
+ private:
+  struct Job {
+    std::shared_ptr<Trace> trace;
+    bool finish = false;
+    SpecStep step;       // top-K fields empty until the worker fills them
+    at::Tensor rows;     // step rows
+    std::vector<int32_t> tokens;  // finish: the final tokens
+  };
+  void Push(Job job);
+  void WorkerLoop();
+
+  ReplayLogger* const logger_;
+  const SampleLoggerOptions options_;
+  std::atomic<uint64_t> steps_dropped_{0}, records_submitted_{0};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;  // GUARDED_BY(mu_)
+  size_t pending_steps_ = 0;  // GUARDED_BY(mu_)
+  bool stop_ = false;         // GUARDED_BY(mu_)
+  std::thread worker_;
+};
+
+}  // namespace specloop

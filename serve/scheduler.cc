@@ -1,0 +1,371 @@
+#include "serve/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <c10/core/InferenceMode.h>
+
+#include "serve/sequence.h"
+
+namespace specloop {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+ForwardInput Input(KVCache* cache, int n, bool all_logits) {
+  ForwardInput in;
+  in.cache = cache;
+  in.tokens.assign(n, 3);
+  in.all_logits = all_logits;
+  return in;
+}
+}  // namespace
+
+Scheduler::Scheduler(const LlamaModel* target, std::unique_ptr<LlamaModel> draft,
+                     const Tokenizer* tokenizer, ServingMetrics* metrics,
+                     SampleLogger* sample_logger, const SchedulerOptions& options)
+    : target_(target),
+      draft_(std::move(draft)),
+      tokenizer_(tokenizer),
+      metrics_(metrics),
+      sample_logger_(sample_logger),
+      options_(options) {}
+
+Scheduler::~Scheduler() { Stop(); }
+
+Status Scheduler::Start() {
+  if (options_.k != 0 && !draft_) return Status::InvalidArgument("speculation needs a draft");
+  if (options_.max_batch < 1) return Status::InvalidArgument("max_batch must be >= 1");
+  try {
+    if (options_.calibrate && options_.k < 0) Calibrate();
+  } catch (const std::exception& e) {
+    return Status::IOError(std::string("calibration failed: ") + e.what());
+  }
+  metrics_->SetDraftVersion(0);
+  running_ = true;
+  thread_ = std::thread([this] { Loop(); });
+  return Status::OK();
+}
+
+void Scheduler::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  running_ = false;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& ch : waiting_) {
+    RequestEvent e;
+    e.type = RequestEvent::Type::kError;
+    e.http_status = 503;
+    e.error = "server shutting down";
+    ch->Post(std::move(e));
+  }
+  waiting_.clear();
+}
+
+Scheduler::SubmitResult Scheduler::Submit(std::shared_ptr<RequestChannel> channel) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return SubmitResult::kStopped;
+    if (waiting_.size() >= options_.max_waiting) return SubmitResult::kQueueFull;
+    waiting_.push_back(std::move(channel));
+  }
+  cv_.notify_all();
+  return SubmitResult::kOk;
+}
+
+int Scheduler::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(waiting_.size());
+}
+
+// Times one batched forward of `batch` sequences (32 cached tokens each) with `n` new tokens
+// each, and one draft token, to seed the cost model before traffic refines it.
+void Scheduler::Calibrate() {
+  c10::InferenceMode guard;
+  auto median = [](std::vector<double> t) {
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  const int k_max = options_.policy.k_max;
+  for (int b = 1;; b = std::min(b * 2, options_.max_batch)) {
+    std::vector<KVCache> caches;
+    for (int i = 0; i < b; ++i) caches.push_back(target_->NewCache(64));
+    std::vector<ForwardInput> prefix;
+    for (auto& c : caches) prefix.push_back(Input(&c, 32, false));
+    target_->Forward(prefix);
+    for (int n : {1, 2, 3, 5, k_max + 1}) {
+      if (n > k_max + 1) continue;
+      std::vector<double> t;
+      for (int rep = 0; rep < 3; ++rep) {
+        std::vector<ForwardInput> in;
+        for (auto& c : caches) in.push_back(Input(&c, n, true));
+        const auto t0 = Clock::now();
+        target_->Forward(in);
+        t.push_back(SecondsSince(t0));
+        for (auto& c : caches) c.Truncate(32);
+      }
+      cost_.Seed(b * n, median(t));
+    }
+    if (b >= options_.max_batch) break;
+  }
+  if (draft_) {
+    KVCache c = draft_->NewCache(64);
+    draft_->Forward({Input(&c, 32, false)});
+    std::vector<double> t;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = Clock::now();
+      draft_->Forward({Input(&c, 1, false)});
+      t.push_back(SecondsSince(t0));
+      c.Truncate(32);
+    }
+    draft_token_seconds_ = median(t);
+  }
+}
+
+SpeculationPolicy* Scheduler::PolicyFor(const std::string& label) {
+  auto& p = policies_[label];
+  if (!p) {
+    p = std::make_unique<SpeculationPolicy>(options_.policy);
+    if (!cost_.empty()) {
+      for (int n = 1; n <= options_.policy.k_max + 1; ++n) p->SeedTarget(n, cost_.Seconds(n));
+      p->SeedDraft(draft_token_seconds_);
+    }
+  }
+  return p.get();
+}
+
+void Scheduler::Loop() {
+  c10::InferenceMode guard;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (active_.empty()) {
+        cv_.wait_for(lock, std::chrono::milliseconds(50),
+                     [this] { return stopping_ || !waiting_.empty(); });
+      }
+      if (stopping_) break;
+    }
+    if (swap_hook_) {
+      DraftCandidate candidate;
+      if (swap_hook_->TakeReady(&candidate)) InstallDraft(std::move(candidate));
+    }
+    Admit();
+    if (!active_.empty()) Step();
+    active_.erase(std::remove_if(active_.begin(), active_.end(),
+                                 [](const std::unique_ptr<Sequence>& s) { return s->done; }),
+                  active_.end());
+    active_count_ = static_cast<int>(active_.size());
+    metrics_->SetQueue(active_count_, waiting());
+  }
+  for (auto& seq : active_) Fail(seq.get(), 503, "server shutting down");
+  active_.clear();
+  active_count_ = 0;
+}
+
+void Scheduler::InstallDraft(DraftCandidate candidate) {
+  const uint64_t version = candidate.version;
+  Status s = candidate.model ? CheckDraftCompatible(target_->config(), candidate.model->config())
+                             : Status::InvalidArgument("no model");
+  if (s.ok() && options_.k != 0) {
+    for (auto& seq : active_) {
+      if (seq->draft_proposer) seq->draft_proposer->SetDraft(candidate.model.get());
+      seq->draft_version = version;  // reported in the response (the record keeps its start)
+    }
+    draft_ = std::move(candidate.model);  // the old draft is no longer referenced
+    draft_version_ = version;
+    metrics_->SetDraftVersion(version);
+    metrics_->ObserveSwap();
+  } else if (!s.ok()) {
+    metrics_->ObserveSwapFailure("incompatible");
+  }
+  swap_hook_->OnInstalled(version, s);
+}
+
+void Scheduler::Admit() {
+  while (static_cast<int>(active_.size()) < options_.max_batch) {
+    std::shared_ptr<RequestChannel> ch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (waiting_.empty()) return;
+      ch = std::move(waiting_.front());
+      waiting_.pop_front();
+    }
+    const CompletionParams& p = ch->params();
+    auto seq = std::make_unique<Sequence>();
+    seq->channel = ch;
+    seq->series = metrics_->ForDomain(metrics_->DomainLabel(p.domain));
+    if (ch->cancelled()) {
+      Finish(seq.get(), "cancelled");
+      continue;
+    }
+    try {
+      if (options_.k == 0) {
+        seq->proposer = std::make_unique<NullProposer>();
+      } else {
+        auto dp = std::make_unique<DraftModelProposer>(draft_.get(), p.generate.sampling);
+        seq->draft_proposer = dp.get();
+        seq->proposer = std::move(dp);
+      }
+      if (options_.k < 0) seq->policy = PolicyFor(seq->series->label);
+      seq->draft_version = draft_version_;
+      seq->decoder = std::make_unique<SpeculativeDecoder>(target_, seq->proposer.get(), p.prompt,
+                                                          p.generate);
+      seq->text = std::make_unique<TextStream>(tokenizer_, p.prompt.back(), p.stop);
+      if (sample_logger_ && p.log) {
+        seq->trace = sample_logger_->Begin(p.domain, p.request_id, seq->draft_version,
+                                           p.generate.sampling, p.prompt);
+      }
+    } catch (const std::exception& e) {
+      metrics_->ObserveSchedulerError();
+      Fail(seq.get(), 500, std::string("prefill failed: ") + e.what());
+      continue;
+    }
+    if (seq->decoder->finished()) {  // max_tokens == 0
+      Finish(seq.get(), "length");
+      continue;
+    }
+    active_.push_back(std::move(seq));
+  }
+}
+
+void Scheduler::Step() {
+  const int batch = static_cast<int>(active_.size());
+  // 1. Drafts.
+  std::vector<Sequence*> live;
+  std::vector<ForwardInput> inputs;
+  size_t rows = 0;
+  for (auto& up : active_) {
+    Sequence* seq = up.get();
+    if (seq->channel->cancelled()) {
+      Finish(seq, "cancelled");
+      continue;
+    }
+    try {
+      seq->k = options_.k >= 0 ? options_.k : seq->policy->ChooseKInBatch(cost_, batch);
+      seq->decoder->Propose(seq->k);
+      seq->draft_seconds = seq->proposer->last_propose_seconds();
+      seq->draft_tokens = seq->decoder->draft().tokens;
+      seq->start_pos = static_cast<uint32_t>(seq->decoder->tokens().size());
+      ForwardInput in = seq->decoder->TargetInput();
+      seq->row_offset = rows;
+      seq->rows = in.tokens.size();
+      rows += seq->rows;
+      inputs.push_back(std::move(in));
+      live.push_back(seq);
+    } catch (const std::exception& e) {
+      metrics_->ObserveSchedulerError();
+      Fail(seq, 500, std::string("draft failed: ") + e.what());
+    }
+  }
+  if (live.empty()) return;
+
+  // 2. One batched target forward.
+  at::Tensor logits;
+  const auto t0 = Clock::now();
+  try {
+    logits = target_->Forward(inputs).to(at::kCPU).contiguous();
+  } catch (const std::exception& e) {
+    for (Sequence* seq : live) {
+      metrics_->ObserveSchedulerError();
+      Fail(seq, 500, std::string("target forward failed: ") + e.what());
+    }
+    return;
+  }
+  const double forward_s = SecondsSince(t0);
+  cost_.Observe(static_cast<int>(rows), forward_s);
+  metrics_->ObserveTargetForward(forward_s, static_cast<int>(live.size()));
+
+  // 3. Verification, output, logging.
+  for (Sequence* seq : live) {
+    try {
+      at::Tensor mine = logits.narrow(0, seq->row_offset, seq->rows);
+      const std::vector<int> emitted = seq->decoder->Commit(mine);
+      const int drafted = static_cast<int>(seq->draft_tokens.size());
+      const int accepted = seq->decoder->last_accepted();
+      if (seq->trace) {
+        sample_logger_->AddStep(seq->trace, seq->start_pos, seq->draft_tokens, accepted,
+                                mine.narrow(0, seq->rows - (drafted + 1), drafted + 1));
+      }
+      metrics_->ObserveStep(seq->series, seq->k, drafted, accepted,
+                            static_cast<int>(emitted.size()));
+      if (drafted > 0 && seq->draft_seconds > 0) {
+        metrics_->ObserveDraftForward(seq->draft_seconds);
+      }
+      if (seq->policy) {
+        seq->policy->ObserveStep(drafted, accepted);
+        if (drafted > 0 && seq->draft_seconds >= 0) {
+          seq->policy->ObserveDraft(drafted, seq->draft_seconds);
+        }
+      }
+      if (!emitted.empty() && !seq->got_first_token) {
+        seq->got_first_token = true;
+        seq->ttft_seconds = SecondsSince(seq->channel->created());
+      }
+      std::string delta = seq->text->Push(emitted);
+      if (!delta.empty()) {
+        RequestEvent e;
+        e.text = std::move(delta);
+        seq->channel->Post(std::move(e));
+      }
+      if (seq->text->stopped() || seq->decoder->finished()) {
+        Finish(seq, seq->text->stopped() || seq->decoder->hit_eos() ? "stop" : "length");
+      }
+    } catch (const std::exception& e) {
+      metrics_->ObserveSchedulerError();
+      Fail(seq, 500, std::string("verification failed: ") + e.what());
+    }
+  }
+}
+
+void Scheduler::Fail(Sequence* seq, int http_status, const std::string& message) {
+  seq->done = true;
+  RequestEvent e;
+  e.type = RequestEvent::Type::kError;
+  e.http_status = http_status;
+  e.error = message;
+  seq->channel->Post(std::move(e));
+  metrics_->ObserveRequest(seq->series, "error", SecondsSince(seq->channel->created()),
+                           seq->ttft_seconds, static_cast<int>(seq->channel->params().prompt.size()));
+  if (seq->trace && seq->decoder) sample_logger_->Finish(seq->trace, seq->decoder->tokens());
+  seq->trace.reset();
+}
+
+void Scheduler::Finish(Sequence* seq, const std::string& reason) {
+  seq->done = true;
+  const CompletionParams& p = seq->channel->params();
+  if (seq->text && reason != "cancelled") {
+    std::string tail = seq->text->Finish();
+    if (!tail.empty()) {
+      RequestEvent e;
+      e.text = std::move(tail);
+      seq->channel->Post(std::move(e));
+    }
+  }
+  RequestEvent done;
+  done.type = RequestEvent::Type::kDone;
+  done.finish_reason = reason;
+  done.prompt_tokens = static_cast<int>(p.prompt.size());
+  if (seq->decoder) {
+    const SpeculativeStats& st = seq->decoder->stats();
+    done.completion_tokens = static_cast<int>(seq->decoder->tokens().size() - p.prompt.size());
+    done.speculative.steps = st.steps;
+    done.speculative.drafted = st.drafted;
+    done.speculative.accepted = st.accepted;
+  }
+  done.speculative.draft_version = seq->draft_version;
+  seq->channel->Post(std::move(done));
+  metrics_->ObserveRequest(seq->series, reason, SecondsSince(seq->channel->created()),
+                           seq->ttft_seconds, static_cast<int>(p.prompt.size()));
+  if (seq->trace && seq->decoder) sample_logger_->Finish(seq->trace, seq->decoder->tokens());
+  seq->trace.reset();
+}
+
+}  // namespace specloop

@@ -1,0 +1,120 @@
+// Scheduler: continuous batching of speculative decoding on one thread that owns the models
+// and every sequence's state (llama.cpp's server "context", without the god-struct: a sequence
+// is a RequestChannel plus a decoder, a proposer, a TextStream and a log trace).
+//
+// Each iteration:
+//   1. installs a new draft from the DraftSwapHook, if one is ready;
+//   2. admits waiting requests up to max_batch (prompt prefill per new sequence) and retires
+//      cancelled ones;
+//   3. for every active sequence picks k (fixed, or the domain's SpeculationPolicy given the
+//      batch size and the batched target's measured cost) and lets its proposer draft;
+//   4. runs ONE target forward over all sequences (pending token + drafts each);
+//   5. commits each sequence's rows (exact verification), streams out its new text, hands the
+//      step to the SampleLogger, and retires finished sequences.
+// Requests join and leave only between iterations. An engine exception fails the sequences it
+// touched (HTTP 500, counted) and the loop goes on.
+//
+// Thread safety: Submit(), Stop() and the accessors from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/llama_model.h"
+#include "common/speculation_policy.h"
+#include "common/tokenizer.h"
+#include "serve/draft_swap_hook.h"
+#include "serve/request.h"
+#include "serve/sample_logger.h"
+#include "serve/serving_metrics.h"
+
+namespace specloop {
+
+struct SchedulerOptions {
+  // Most sequences decoded together. Default: 16.
+  int max_batch = 16;
+  // Most requests waiting for a batch slot; more are refused (HTTP 429). Default: 64.
+  size_t max_waiting = 64;
+  // Speculation length: -1 = adaptive (per-domain SpeculationPolicy), 0 = off (plain
+  // decoding, the draft never runs), N > 0 = fixed. Default: -1.
+  int k = -1;
+  // Adaptive policy options (k_max caps every k). Default: SpeculationPolicyOptions().
+  SpeculationPolicyOptions policy;
+  // Time the batched target forward and the draft at Start() to seed the cost model.
+  // Default: true.
+  bool calibrate = true;
+};
+
+struct Sequence;
+
+class Scheduler {
+ public:
+  // `target`, `tokenizer`, `metrics` (required) and `sample_logger` (null: no logging) are not
+  // owned and must outlive the scheduler. `draft` may be null only when options.k == 0.
+  Scheduler(const LlamaModel* target, std::unique_ptr<LlamaModel> draft,
+            const Tokenizer* tokenizer, ServingMetrics* metrics, SampleLogger* sample_logger,
+            const SchedulerOptions& options);
+  // Stop().
+  ~Scheduler();
+
+  // The hot-swap seam (see draft_swap_hook.h). Not owned; call before Start().
+  void set_swap_hook(DraftSwapHook* hook) { swap_hook_ = hook; }
+
+  // Calibrates (when asked) and starts the scheduler thread.
+  Status Start();
+  // Fails every waiting and active request with 503, stops and joins the thread. Idempotent.
+  void Stop();
+
+  enum class SubmitResult { kOk, kQueueFull, kStopped };
+  // Queues a request. The channel then receives its events (request.h).
+  SubmitResult Submit(std::shared_ptr<RequestChannel> channel);
+
+  uint64_t draft_version() const { return draft_version_.load(); }
+  int active() const { return active_count_.load(); }
+  int waiting() const;
+  // Whether the thread runs (for /health).
+  bool running() const { return running_.load(); }
+
+ private:
+  void Loop();
+  void Calibrate();
+  void InstallDraft(DraftCandidate candidate);
+  void Admit();
+  void Step();
+  void Fail(Sequence* seq, int http_status, const std::string& message);
+  void Finish(Sequence* seq, const std::string& reason);
+  SpeculationPolicy* PolicyFor(const std::string& domain_label);
+
+  const LlamaModel* target_;
+  std::unique_ptr<LlamaModel> draft_;  // owned by the scheduler thread after Start()
+  const Tokenizer* tokenizer_;
+  ServingMetrics* metrics_;
+  SampleLogger* sample_logger_;
+  const SchedulerOptions options_;
+  DraftSwapHook* swap_hook_ = nullptr;
+
+  // Scheduler-thread state.
+  std::vector<std::unique_ptr<Sequence>> active_;
+  std::map<std::string, std::unique_ptr<SpeculationPolicy>> policies_;  // by domain label
+  BatchCostModel cost_;
+  double draft_token_seconds_ = 0;  // calibrated draft forward of one token
+
+  std::atomic<uint64_t> draft_version_{0};
+  std::atomic<int> active_count_{0};
+  std::atomic<bool> running_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<RequestChannel>> waiting_;  // GUARDED_BY(mu_)
+  bool stopping_ = false;                                // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace specloop

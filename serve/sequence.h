@@ -1,0 +1,51 @@
+// Sequence: one active request inside the scheduler. A composition of single-purpose parts,
+// each owned here and touched only by the scheduler thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/draft_model_proposer.h"
+#include "common/speculation_policy.h"
+#include "common/speculative_decoder.h"
+#include "serve/request.h"
+#include "serve/sample_logger.h"
+#include "serve/serving_metrics.h"
+#include "serve/text_stream.h"
+
+namespace specloop {
+
+// Proposes nothing: plain decoding through the same decoder (speculation off).
+class NullProposer : public Proposer {
+ public:
+  void Propose(const std::vector<int>& context, int max_k, DraftBlock* out) override {
+    out->Clear();
+  }
+};
+
+struct Sequence {
+  using Clock = std::chrono::steady_clock;
+
+  std::shared_ptr<RequestChannel> channel;        // the client's mailbox
+  ServingMetrics::DomainSeries* series = nullptr;  // the domain's metrics
+  SpeculationPolicy* policy = nullptr;             // the domain's policy (adaptive k only)
+  std::unique_ptr<Proposer> proposer;              // DraftModelProposer or NullProposer
+  DraftModelProposer* draft_proposer = nullptr;    // = proposer when it drafts with a model
+  std::unique_ptr<SpeculativeDecoder> decoder;     // target cache, verification, tokens
+  std::unique_ptr<TextStream> text;                // ids -> released text, stop strings
+  std::shared_ptr<SampleLogger::Trace> trace;      // null when not logged
+  uint64_t draft_version = 0;
+  bool got_first_token = false;
+  double ttft_seconds = -1;
+  bool done = false;                               // retired at the end of the iteration
+
+  // This iteration's step.
+  int k = 0;
+  double draft_seconds = 0;  // the proposer's last_propose_seconds()
+  size_t row_offset = 0, rows = 0;
+  std::vector<int> draft_tokens;
+  uint32_t start_pos = 0;
+};
+
+}  // namespace specloop

@@ -1,0 +1,208 @@
+// `specloop serve`: the serving process (DESIGN.md section 1): loads the target and draft,
+// opens the replay buffer, starts the scheduler and the HTTP server, and stops cleanly on
+// SIGINT/SIGTERM.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "buffer/replay_logger.h"
+#include "common/threads.h"
+#include "serve/commands.h"
+#include "serve/http_server.h"
+#include "serve/sample_logger.h"
+#include "serve/scheduler.h"
+#include "serve/serving_metrics.h"
+
+namespace specloop {
+
+namespace {
+
+struct ServeArgs {
+  std::string target, draft, host = "127.0.0.1", buffer, trainer_endpoint, k = "auto";
+  std::string device = "cpu", model_name;
+  int port = 8000, max_batch = 16, threads = 1, http_threads = 96, log_top_k = 64;
+  int max_waiting = 64, max_domains = 16, k_max = 8;
+  uint32_t worker_id = 0;
+  bool no_log = false;
+};
+
+// SIGINT/SIGTERM write a byte here; a watcher thread reads it and stops the server (library
+// thread pools started before main() may receive the signal, so masks alone do not work).
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int) {
+  const char b = 1;
+  if (write(g_signal_pipe[1], &b, 1) < 0) {
+  }
+}
+
+std::string BaseName(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const size_t slash = dir.find_last_of('/');
+  return slash == std::string::npos ? dir : dir.substr(slash + 1);
+}
+
+// "<dir name>-<FNV-1a of config.json, 8 hex>": names the target in records and fingerprints.
+std::string TargetId(const std::string& dir) {
+  std::string text;
+  uint32_t h = 2166136261u;
+  if (ReadFileToString(dir + "/config.json", &text).ok()) {
+    for (unsigned char c : text) h = (h ^ c) * 16777619u;
+  }
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "%08x", h);
+  return BaseName(dir) + "-" + hex;
+}
+
+int RunServe(const ServeArgs& a) {
+  int k = -1;
+  if (a.k != "auto") {
+    try {
+      k = std::stoi(a.k);
+    } catch (const std::exception&) {
+      k = -2;
+    }
+    if (k < 0) {
+      std::cerr << "specloop serve: --k takes auto or a number >= 0\n";
+      return 2;
+    }
+  }
+  LoadOptions load;
+  load.device = a.device;
+  std::unique_ptr<LlamaModel> target, draft;
+  std::unique_ptr<Tokenizer> tokenizer;
+  Status s = LlamaModel::Load(a.target, load, &target);
+  if (s.ok()) s = Tokenizer::Load(a.target, &tokenizer);
+  if (s.ok()) s = LlamaModel::Load(a.draft, load, &draft).Annotate("--draft");
+  if (s.ok()) s = CheckDraftCompatible(target->config(), draft->config()).Annotate("--draft");
+  if (!s.ok()) {
+    std::cerr << "specloop serve: " << s.ToString() << "\n";
+    return 1;
+  }
+  const std::string target_id = TargetId(a.target);
+
+  ServingMetricsOptions mo;
+  mo.max_domains = a.max_domains;
+  mo.k_max = a.k_max;
+  std::unique_ptr<ServingMetrics> metrics;
+  s = ServingMetrics::Create(mo, &metrics);
+  std::unique_ptr<ReplayLogger> logger;
+  if (s.ok() && !a.no_log && !a.buffer.empty()) {
+    s = ReplayLogger::Open(BufferOptions(), LoggerOptions(), a.buffer, &logger)
+            .Annotate("--buffer " + a.buffer);
+  }
+  if (!s.ok()) {
+    std::cerr << "specloop serve: " << s.ToString() << "\n";
+    return 1;
+  }
+  std::unique_ptr<SampleLogger> sample_logger;
+  if (logger) {
+    SampleLoggerOptions so;
+    so.top_k = a.log_top_k;
+    so.worker_id = a.worker_id;
+    so.target_id = target_id;
+    sample_logger = std::make_unique<SampleLogger>(logger.get(), so);
+  }
+  if (!a.trainer_endpoint.empty()) {
+    std::cerr << "specloop serve: --trainer-endpoint " << a.trainer_endpoint
+              << ": draft hot-swap client not built into this binary yet; serving draft v0\n";
+  }
+
+  SchedulerOptions so;
+  so.max_batch = a.max_batch;
+  so.max_waiting = a.max_waiting;
+  so.k = k;
+  so.policy.k_max = a.k_max;
+  Scheduler scheduler(target.get(), std::move(draft), tokenizer.get(), metrics.get(),
+                      sample_logger.get(), so);
+  s = scheduler.Start();
+  HttpServerOptions ho;
+  ho.host = a.host;
+  ho.port = a.port;
+  ho.threads = std::max(a.http_threads, a.max_batch + a.max_waiting + 8);
+  ho.model_name = a.model_name.empty() ? BaseName(a.target) : a.model_name;
+  ho.worker_id = a.worker_id;
+  ho.target_id = target_id;
+  HttpServer server(ho, &scheduler, metrics.get(), tokenizer.get(), &target->config(),
+                    logger.get(), sample_logger.get());
+  int port = 0;
+  if (s.ok()) s = server.Bind(&port);
+  if (!s.ok()) {
+    std::cerr << "specloop serve: " << s.ToString() << "\n";
+    return 1;
+  }
+  std::printf("specloop serve: listening on http://%s:%d (model %s, k %s, logging %s)\n",
+              a.host.c_str(), port, ho.model_name.c_str(), a.k.c_str(),
+              logger ? a.buffer.c_str() : "off");
+  std::fflush(stdout);
+
+  if (pipe(g_signal_pipe) != 0) {
+    std::cerr << "specloop serve: pipe failed\n";
+    return 1;
+  }
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::thread signal_thread([&] {
+    char b;
+    while (read(g_signal_pipe[0], &b, 1) < 0 && errno == EINTR) {
+    }
+    server.Stop();
+  });
+  s = server.Run();
+  OnSignal(0);  // wakes the watcher when Run() ended by itself
+  signal_thread.join();
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  scheduler.Stop();
+  sample_logger.reset();  // drains finished requests into the logger
+  if (logger) {
+    Status c = logger->Close();
+    if (!c.ok()) std::cerr << "specloop serve: closing buffer: " << c.ToString() << "\n";
+  }
+  std::printf("specloop serve: stopped\n");
+  return s.ok() ? 0 : 1;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with speculation");
+  auto a = std::make_shared<ServeArgs>();
+  cmd->add_option("--target", a->target, "target model directory")->required();
+  cmd->add_option("--draft", a->draft, "draft model directory")->required();
+  cmd->add_option("--host", a->host, "bind address")->capture_default_str();
+  cmd->add_option("--port", a->port, "port (0 = any free port)")->capture_default_str();
+  cmd->add_option("--buffer", a->buffer, "replay buffer directory (logging on)");
+  cmd->add_option("--trainer-endpoint", a->trainer_endpoint, "trainer ZeroMQ endpoint");
+  cmd->add_option("--max-batch", a->max_batch, "most sequences per batch")->capture_default_str();
+  cmd->add_option("--max-waiting", a->max_waiting, "most queued requests (429 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--k", a->k, "speculation length: auto, or a number (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--k-max", a->k_max, "largest k the adaptive policy picks")
+      ->capture_default_str();
+  cmd->add_flag("--no-log", a->no_log, "do not log samples into the buffer");
+  cmd->add_option("--log-top-k", a->log_top_k, "target log-probs kept per position")
+      ->capture_default_str();
+  cmd->add_option("--max-domains", a->max_domains, "domain labels kept in metrics")
+      ->capture_default_str();
+  cmd->add_option("--worker-id", a->worker_id, "worker id in records")->capture_default_str();
+  cmd->add_option("--model-name", a->model_name, "served model id (default: target dir name)");
+  cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "compute threads")->capture_default_str();
+  cmd->add_option("--http-threads", a->http_threads, "HTTP worker threads")
+      ->capture_default_str();
+  cmd->callback([a, exit_code] {
+    SetComputeThreads(a->threads);
+    *exit_code = RunServe(*a);
+  });
+}
+
+}  // namespace specloop

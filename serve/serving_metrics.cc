@@ -1,0 +1,213 @@
+#include "serve/serving_metrics.h"
+
+#include <algorithm>
+
+#include "buffer/replay_logger.h"
+#include "serve/sample_logger.h"
+
+namespace specloop {
+
+namespace {
+// Raises counter `c` to `value` (counters only go up; a source counter never goes down).
+void SyncCounter(metrics::Counter& c, double value) { c.Increment(value - c.Value()); }
+}  // namespace
+
+ServingMetrics::ServingMetrics(const ServingMetricsOptions& options)
+    : options_(options), drift_(options.drift, options.max_domains + 1) {}
+
+Status ServingMetrics::Create(const ServingMetricsOptions& options,
+                              std::unique_ptr<ServingMetrics>* out) {
+  if (std::string e = options.drift.Validate(); !e.empty()) return Status::InvalidArgument(e);
+  std::unique_ptr<ServingMetrics> m(new ServingMetrics(options));
+  Status s = m->Register();
+  if (!s.ok()) return s;
+  *out = std::move(m);
+  return Status::OK();
+}
+
+Status ServingMetrics::Register() {
+  const size_t d = options_.max_domains + 1;  // the kept domains and "other"
+  const size_t kpos = static_cast<size_t>(std::max(1, options_.k_max));
+  const auto secs = metrics::ExponentialBuckets(0.005, 2, 14);  // 5 ms .. 41 s
+  Status s;
+  auto counter = [&](const char* name, const char* help, std::vector<std::string> labels,
+                     size_t cap, metrics::Family<metrics::Counter>** f) {
+    if (s.ok()) s = registry_.AddCounter({name, help, std::move(labels), cap}, f);
+  };
+  auto gauge = [&](const char* name, const char* help, std::vector<std::string> labels,
+                   size_t cap, metrics::Family<metrics::Gauge>** f) {
+    if (s.ok()) s = registry_.AddGauge({name, help, std::move(labels), cap}, f);
+  };
+  auto histogram = [&](const char* name, const char* help, std::vector<std::string> labels,
+                       size_t cap, const std::vector<double>& bounds,
+                       metrics::Family<metrics::Histogram>** f) {
+    if (s.ok()) s = registry_.AddHistogram({name, help, std::move(labels), cap}, bounds, f);
+  };
+  counter("specloop_requests_total", "Completion requests finished, by domain and reason.",
+          {"domain", "finish_reason"}, d * 4, &requests_);
+  counter("specloop_http_errors_total", "HTTP requests answered with an error status.",
+          {"code"}, 16, &http_errors_);
+  counter("specloop_prompt_tokens_total", "Prompt tokens of finished requests.", {"domain"}, d,
+          &prompt_tokens_);
+  counter("specloop_generated_tokens_total", "Tokens generated.", {"domain"}, d, &generated_);
+  counter("specloop_spec_steps_total", "Target verification steps.", {"domain"}, d, &steps_);
+  counter("specloop_draft_tokens_total", "Draft tokens proposed.", {"domain"}, d, &drafted_);
+  counter("specloop_accepted_tokens_total", "Draft tokens accepted.", {"domain"}, d, &accepted_);
+  counter("specloop_accepted_tokens_by_position_total",
+          "Steps whose draft token at this position (0-based) was accepted.",
+          {"domain", "position"}, d * kpos, &accepted_at_);
+  counter("specloop_acceptance_drift_events_total",
+          "Acceptance changes detected (CUSUM), by direction.", {"domain", "direction"}, d * 2,
+          &drift_events_);
+  counter("specloop_draft_swaps_total", "Draft models installed by hot-swap.", {}, 1, &swaps_);
+  counter("specloop_draft_swap_failures_total", "Draft hot-swaps refused, by reason.",
+          {"reason"}, 16, &swap_failures_);
+  counter("specloop_draft_rollbacks_total", "Draft versions rolled back.", {}, 1, &rollbacks_);
+  counter("specloop_buffer_records_written_total", "Replay records written to the buffer.", {},
+          1, &records_written_);
+  counter("specloop_buffer_records_dropped_total",
+          "Replay records (or steps, reason step_backlog) dropped, by reason.", {"reason"}, 8,
+          &records_dropped_);
+  counter("specloop_scheduler_errors_total", "Sequences failed by an engine error.", {}, 1,
+          &scheduler_errors_);
+  histogram("specloop_request_duration_seconds", "Request duration, arrival to last token.",
+            {"domain"}, d, secs, &duration_);
+  histogram("specloop_time_to_first_token_seconds", "Arrival to first generated token.",
+            {"domain"}, d, secs, &ttft_);
+  histogram("specloop_tokens_per_step", "Tokens emitted per verification step.", {"domain"}, d,
+            metrics::LinearBuckets(1, 1, static_cast<int>(kpos) + 1), &tokens_per_step_);
+  histogram("specloop_forward_duration_seconds", "Model forward durations.", {"model"}, 2,
+            metrics::ExponentialBuckets(1e-5, 2, 20), &forward_);
+  histogram("specloop_batch_size", "Sequences per target forward.", {}, 1,
+            metrics::ExponentialBuckets(1, 2, 9), &batch_size_);
+  gauge("specloop_acceptance_rate", "Draft acceptance rate over a short and a long window.",
+        {"domain", "window"}, d * 2, &alpha_);
+  gauge("specloop_acceptance_drift", "Short-window minus long-window acceptance rate.",
+        {"domain"}, d, &drift_gauge_);
+  gauge("specloop_speculation_length", "Speculation length (k) last chosen.", {"domain"}, d,
+        &spec_length_);
+  gauge("specloop_draft_version", "Version of the draft model serving now (0 = as loaded).", {},
+        1, &draft_version_);
+  gauge("specloop_active_sequences", "Sequences in the running batch.", {}, 1, &active_);
+  gauge("specloop_waiting_requests", "Requests queued for the batch.", {}, 1, &waiting_);
+  return s;
+}
+
+std::string ServingMetrics::DomainLabel(const std::string& domain) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (std::find(known_domains_.begin(), known_domains_.end(), domain) != known_domains_.end()) {
+    return domain;
+  }
+  if (known_domains_.size() < options_.max_domains && domain != "other") {
+    known_domains_.push_back(domain);
+    return domain;
+  }
+  return "other";
+}
+
+ServingMetrics::DomainSeries* ServingMetrics::ForDomain(const std::string& label) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = series_[label];
+  if (!slot) {
+    auto d = std::make_unique<DomainSeries>();
+    const metrics::Labels l = {{"domain", label}};
+    d->label = label;
+    d->prompt_tokens = &prompt_tokens_->Add(l);
+    d->generated_tokens = &generated_->Add(l);
+    d->steps = &steps_->Add(l);
+    d->draft_tokens = &drafted_->Add(l);
+    d->accepted_tokens = &accepted_->Add(l);
+    for (int i = 0; i < std::max(1, options_.k_max); ++i) {
+      d->accepted_at.push_back(
+          &accepted_at_->Add({{"domain", label}, {"position", std::to_string(i)}}));
+    }
+    d->tokens_per_step = &tokens_per_step_->Add(l);
+    d->duration = &duration_->Add(l);
+    d->ttft = &ttft_->Add(l);
+    d->speculation_length = &spec_length_->Add(l);
+    slot = std::move(d);
+  }
+  return slot.get();
+}
+
+void ServingMetrics::ObserveStep(DomainSeries* d, int k, int drafted, int accepted,
+                                 int emitted) {
+  d->steps->Increment();
+  d->draft_tokens->Increment(drafted);
+  d->accepted_tokens->Increment(accepted);
+  d->generated_tokens->Increment(emitted);
+  for (int i = 0; i < accepted && i < static_cast<int>(d->accepted_at.size()); ++i) {
+    d->accepted_at[i]->Increment();
+  }
+  d->tokens_per_step->Observe(emitted);
+  d->speculation_length->Set(k);
+  if (drafted > 0) {
+    const DriftDirection e = drift_.Observe(d->label, double(accepted) / drafted, drafted);
+    if (e != DriftDirection::kNone) {
+      drift_events_->Add({{"domain", d->label}, {"direction", DriftDirectionName(e)}})
+          .Increment();
+    }
+  }
+}
+
+void ServingMetrics::ObserveRequest(DomainSeries* d, const std::string& finish_reason,
+                                    double seconds, double ttft_seconds, int prompt_tokens) {
+  requests_->Add({{"domain", d->label}, {"finish_reason", finish_reason}}).Increment();
+  d->duration->Observe(seconds);
+  if (ttft_seconds >= 0) d->ttft->Observe(ttft_seconds);
+  d->prompt_tokens->Increment(prompt_tokens);
+}
+
+void ServingMetrics::ObserveHttpError(int status) {
+  http_errors_->Add({{"code", std::to_string(status)}}).Increment();
+}
+
+void ServingMetrics::ObserveTargetForward(double seconds, int batch_size) {
+  forward_->Add({{"model", "target"}}).Observe(seconds);
+  batch_size_->Add({}).Observe(batch_size);
+}
+
+void ServingMetrics::ObserveDraftForward(double seconds) {
+  forward_->Add({{"model", "draft"}}).Observe(seconds);
+}
+
+void ServingMetrics::ObserveSchedulerError() { scheduler_errors_->Add({}).Increment(); }
+
+void ServingMetrics::SetQueue(int active, int waiting) {
+  active_->Add({}).Set(active);
+  waiting_->Add({}).Set(waiting);
+}
+
+void ServingMetrics::SetDraftVersion(uint64_t version) {
+  draft_version_->Add({}).Set(static_cast<double>(version));
+}
+void ServingMetrics::ObserveSwap() { swaps_->Add({}).Increment(); }
+void ServingMetrics::ObserveSwapFailure(const std::string& reason) {
+  swap_failures_->Add({{"reason", reason}}).Increment();
+}
+void ServingMetrics::ObserveRollback() { rollbacks_->Add({}).Increment(); }
+
+std::string ServingMetrics::Render(const ReplayLogger* logger,
+                                   const SampleLogger* sample_logger) {
+  std::lock_guard<std::mutex> lock(render_mu_);
+  for (const DomainDrift::Reading& r : drift_.Snapshot()) {
+    alpha_->Add({{"domain", r.domain}, {"window", "short"}}).Set(r.short_alpha);
+    alpha_->Add({{"domain", r.domain}, {"window", "long"}}).Set(r.long_alpha);
+    drift_gauge_->Add({{"domain", r.domain}}).Set(r.drift);
+  }
+  if (logger) {
+    const LoggerStats& st = logger->stats();
+    SyncCounter(records_written_->Add({}), st.records_written.load());
+    SyncCounter(records_dropped_->Add({{"reason", "queue_full"}}), st.records_dropped_full.load());
+    SyncCounter(records_dropped_->Add({{"reason", "invalid"}}), st.records_dropped_invalid.load());
+    SyncCounter(records_dropped_->Add({{"reason", "closed"}}), st.records_dropped_closed.load());
+    SyncCounter(records_dropped_->Add({{"reason", "write_error"}}), st.records_failed.load());
+  }
+  if (sample_logger) {
+    SyncCounter(records_dropped_->Add({{"reason", "step_backlog"}}),
+                sample_logger->steps_dropped());
+  }
+  return registry_.Serialize();
+}
+
+}  // namespace specloop

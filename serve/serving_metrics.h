@@ -1,0 +1,108 @@
+// ServingMetrics: the serving process's Prometheus families (DESIGN.md section 8) and the
+// per-domain acceptance drift behind them. The scheduler records; GET /metrics renders.
+//
+// Domain labels are capped: the first `max_domains` distinct domains keep their name, every
+// later one is folded into "other" (DomainLabel()), so each domain-labelled family holds at
+// most max_domains + 1 domains.
+//
+// Thread safety: all methods may be called from any thread. The per-domain series are looked
+// up once per request (ForDomain, one mutex) and then updated lock-free.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/acceptance_drift.h"
+#include "common/metrics.h"
+#include "common/status.h"
+
+namespace specloop {
+
+class ReplayLogger;
+class SampleLogger;
+
+struct ServingMetricsOptions {
+  // Distinct domain labels kept before folding into "other". Default: 16.
+  size_t max_domains = 16;
+  // Largest speculation length (accepted-per-position series). Default: 8.
+  int k_max = 8;
+  // Acceptance windows and drift detector. Default: DriftOptions().
+  DriftOptions drift;
+};
+
+class ServingMetrics {
+ public:
+  static Status Create(const ServingMetricsOptions& options, std::unique_ptr<ServingMetrics>* out);
+
+  // The label for `domain`: itself while fewer than max_domains are known, else "other".
+  std::string DomainLabel(const std::string& domain);
+
+  // One domain's series (stable pointers into the registry).
+  struct DomainSeries {
+    std::string label;
+    metrics::Counter* prompt_tokens;
+    metrics::Counter* generated_tokens;
+    metrics::Counter* steps;
+    metrics::Counter* draft_tokens;
+    metrics::Counter* accepted_tokens;
+    std::vector<metrics::Counter*> accepted_at;  // [position]
+    metrics::Histogram* tokens_per_step;
+    metrics::Histogram* duration;
+    metrics::Histogram* ttft;
+    metrics::Gauge* speculation_length;
+  };
+  // The series of an already folded label (DomainLabel()).
+  DomainSeries* ForDomain(const std::string& label);
+
+  // One verification step of a sequence: `k` asked, `drafted` proposed, `accepted` of them
+  // accepted, `emitted` tokens out. Feeds the drift detector when drafted > 0.
+  void ObserveStep(DomainSeries* d, int k, int drafted, int accepted, int emitted);
+  // A request ended: finish_reason "stop", "length", "cancelled" or "error".
+  void ObserveRequest(DomainSeries* d, const std::string& finish_reason, double seconds,
+                      double ttft_seconds, int prompt_tokens);
+  // An HTTP request answered with an error status (4xx/5xx) before or instead of decoding.
+  void ObserveHttpError(int status);
+  void ObserveTargetForward(double seconds, int batch_size);
+  void ObserveDraftForward(double seconds);
+  void ObserveSchedulerError();
+  void SetQueue(int active, int waiting);
+
+  // Hot-swap (DESIGN.md section 7): the version serving now, swaps, failures, rollbacks.
+  void SetDraftVersion(uint64_t version);
+  void ObserveSwap();
+  void ObserveSwapFailure(const std::string& reason);
+  void ObserveRollback();
+
+  // The registry in text exposition format 0.0.4, after refreshing the alpha/drift gauges and
+  // the buffer counters from `logger` / `sample_logger` (either may be null).
+  std::string Render(const ReplayLogger* logger, const SampleLogger* sample_logger);
+
+  const DomainDrift& drift() const { return drift_; }
+  metrics::Registry& registry() { return registry_; }
+
+ private:
+  explicit ServingMetrics(const ServingMetricsOptions& options);
+  Status Register();
+
+  const ServingMetricsOptions options_;
+  metrics::Registry registry_;
+  DomainDrift drift_;
+
+  metrics::Family<metrics::Counter>*requests_, *http_errors_, *prompt_tokens_, *generated_,
+      *steps_, *drafted_, *accepted_, *accepted_at_, *drift_events_, *swaps_, *swap_failures_,
+      *rollbacks_, *records_written_, *records_dropped_, *scheduler_errors_;
+  metrics::Family<metrics::Histogram>*duration_, *ttft_, *tokens_per_step_, *forward_,
+      *batch_size_;
+  metrics::Family<metrics::Gauge>*alpha_, *drift_gauge_, *spec_length_, *draft_version_,
+      *active_, *waiting_;
+
+  std::mutex mu_;
+  std::vector<std::string> known_domains_;                         // GUARDED_BY(mu_)
+  std::map<std::string, std::unique_ptr<DomainSeries>> series_;   // GUARDED_BY(mu_)
+  std::mutex render_mu_;  // serializes Render()'s counter syncing
+};
+
+}  // namespace specloop
