@@ -207,7 +207,9 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const
   auto& out_rows = f.out_rows;
   const int64_t N = f.ids.size();
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
-  at::Tensor tok = at::from_blob(f.ids.data(), {N}, long_opts).to(device());
+  // copy=true: autograd keeps index tensors for the backward pass, after f is gone (on the CPU
+  // a plain .to(device()) would return the from_blob view of f's memory itself).
+  at::Tensor tok = at::from_blob(f.ids.data(), {N}, long_opts).to(device(), false, true);
   at::Tensor pos = at::from_blob(f.positions.data(), {N}, long_opts).to(device());
   at::Tensor cos = rope_cos_.index_select(0, pos).unsqueeze(1);  // [N, 1, 2, D/2]
   at::Tensor sin = rope_sin_.index_select(0, pos).unsqueeze(1);
@@ -267,7 +269,7 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const
   }
   if (static_cast<int64_t>(out_rows.size()) != N) {
     x = x.index_select(0, at::from_blob(out_rows.data(), {(int64_t)out_rows.size()}, long_opts)
-                              .to(device()));
+                              .to(device(), false, true));
   }
   return at::linear(RmsNorm(x, final_norm_), lm_head_).to(at::kFloat);
 }
