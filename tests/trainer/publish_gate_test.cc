@@ -1,0 +1,64 @@
+// The publish gate on hand-made estimates.
+#include "trainer/publish_gate.h"
+
+#include <gtest/gtest.h>
+
+namespace specloop {
+namespace trainer {
+namespace {
+
+AlphaEstimate Make(std::map<std::string, double> alpha, int64_t positions = 100) {
+  AlphaEstimate e;
+  double sum = 0;
+  for (const auto& [d, a] : alpha) {
+    e.domains[d] = {a, a + 0.02, positions};
+    sum += a * positions;
+    e.overall.positions += positions;
+  }
+  e.overall.logged = sum / e.overall.positions;
+  return e;
+}
+
+TEST(PublishGate, PublishesAClearGain) {
+  GateDecision d = DecideGate({}, Make({{"c", 0.5}, {"python", 0.6}}),
+                              Make({{"c", 0.55}, {"python", 0.62}}));
+  EXPECT_TRUE(d.publish);
+  EXPECT_EQ(d.reason, "ok");
+}
+
+TEST(PublishGate, RefusesTooSmallAGain) {
+  GateDecision d = DecideGate({}, Make({{"c", 0.5}}), Make({{"c", 0.501}}));
+  EXPECT_FALSE(d.publish);
+  EXPECT_EQ(d.reason, "no_gain");
+}
+
+TEST(PublishGate, RefusesAWorseCandidate) {
+  GateDecision d = DecideGate({}, Make({{"c", 0.5}}), Make({{"c", 0.3}}));
+  EXPECT_FALSE(d.publish);
+  EXPECT_EQ(d.reason, "domain_regression");
+}
+
+TEST(PublishGate, RefusesADomainRegressionDespiteAnOverallGain) {
+  GateDecision d = DecideGate({}, Make({{"c", 0.5}, {"python", 0.5}}),
+                              Make({{"c", 0.7}, {"python", 0.47}}));
+  EXPECT_FALSE(d.publish);
+  EXPECT_EQ(d.reason, "domain_regression");
+  EXPECT_NE(d.detail.find("python"), std::string::npos);
+}
+
+TEST(PublishGate, SmallDomainsAreNotJudgedAlone) {
+  AlphaEstimate live = Make({{"c", 0.5}, {"python", 0.5}});
+  AlphaEstimate cand = Make({{"c", 0.7}, {"python", 0.4}});
+  live.domains["python"].positions = cand.domains["python"].positions = 10;
+  EXPECT_TRUE(DecideGate({}, live, cand).publish);
+}
+
+TEST(PublishGate, NoDataNoDecision) {
+  GateDecision d = DecideGate({}, Make({{"c", 0.5}}, 20), Make({{"c", 0.9}}, 20));
+  EXPECT_FALSE(d.publish);
+  EXPECT_EQ(d.reason, "no_data");
+}
+
+}  // namespace
+}  // namespace trainer
+}  // namespace specloop

@@ -1,0 +1,180 @@
+// The trainer on a small real buffer: records logged from target-6m verifying draft-prose-1m
+// over python, c and legal prompts (made once per test binary). Offline distillation must raise
+// the held-out estimated alpha of every domain; the gate must refuse a damaged candidate; a
+// restarted trainer resumes from `latest`; checkpoints keep the last N.
+#include "trainer/trainer.h"
+
+#include <ATen/core/grad_mode.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "buffer/replay_logger.h"
+#include "common/draft_channel.h"
+#include "tests/trainer/test_util.h"
+#include "trainer/synthetic_traffic.h"
+
+namespace specloop {
+namespace trainer {
+namespace {
+
+using testing::SharedDir;
+using testing::TempDir;
+
+const char* const kDomains[] = {"python", "c", "legal"};
+
+class TrainerLoopTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const std::string models = SharedDir() + "/models";
+    std::unique_ptr<LlamaModel> target, draft;
+    ASSERT_TRUE(LlamaModel::Load(models + "/target-6m", {}, &target).ok());
+    ASSERT_TRUE(LlamaModel::Load(models + "/draft-prose-1m", {}, &draft).ok());
+    std::unique_ptr<ReplayLogger> logger;
+    ASSERT_TRUE(ReplayLogger::Open({}, {}, dir_->Sub("buffer"), &logger).ok());
+    TrafficOptions o;
+    o.max_tokens = 40;
+    o.max_prompt_tokens = 64;
+    for (const char* domain : kDomains) {
+      std::vector<std::vector<int>> prompts;
+      ASSERT_TRUE(
+          LoadDomainPrompts(SharedDir(), domain, models + "/target-6m", 24, 64, &prompts).ok());
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        Record r;
+        o.seed = i;
+        ASSERT_TRUE(DecodeToRecord(*target, *draft, prompts[i], domain,
+                                   std::string(domain) + "-" + std::to_string(i), o, &r)
+                        .ok());
+        ASSERT_TRUE(logger->Log(&r));
+      }
+    }
+    ASSERT_TRUE(logger->Close().ok());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static TrainerOptions Options(const std::string& checkpoints) {
+    TrainerOptions o;
+    o.draft_dir = SharedDir() + "/models/draft-prose-1m";
+    o.buffer_dirs = {dir_->Sub("buffer")};
+    o.checkpoint_dir = checkpoints;
+    o.heldout_fraction = 0.25;
+    o.batch_records = 6;
+    o.adamw.lr = 2e-3;
+    o.gate.min_domain_positions = 30;
+    o.seed = 7;
+    return o;
+  }
+
+  static TempDir* dir_;
+};
+TempDir* TrainerLoopTest::dir_ = nullptr;
+
+TEST_F(TrainerLoopTest, OfflineDistillationRaisesHeldOutAlphaOfEveryDomain) {
+  TempDir ckpt;
+  std::unique_ptr<Trainer> t;
+  Status s = Trainer::Open(Options(ckpt.path()), nullptr, &t);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_FALSE(t->heldout().empty());
+  EvalResult r;
+  s = t->RunOffline(3, /*force=*/false, {}, &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const char* d : kDomains) {
+    ASSERT_TRUE(r.live.domains.count(d)) << d;
+    std::cout << d << ": alpha " << r.live.domains[d].logged << " -> "
+              << r.candidate.domains[d].logged << " on " << r.candidate.domains[d].positions
+              << " held-out positions\n";
+    EXPECT_GT(r.candidate.domains[d].logged, r.live.domains[d].logged + 0.01) << d;
+  }
+  EXPECT_TRUE(r.decision.publish) << r.decision.reason << ": " << r.decision.detail;
+  EXPECT_EQ(r.version, 1u);
+  // The checkpoint and its meta.json.
+  const std::string dir = ckpt.Sub("v000001");
+  for (const char* f : {"model.safetensors", "config.json", "meta.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir + "/" + f)) << f;
+  }
+  std::string text;
+  ASSERT_TRUE(ReadFileToString(dir + "/meta.json", &text).ok());
+  nlohmann::json meta = nlohmann::json::parse(text);
+  for (const char* k : {"version", "parent", "sha256", "objective", "steps", "samples",
+                        "alpha_before", "alpha_after", "created"}) {
+    EXPECT_TRUE(meta.contains(k)) << k;
+  }
+  std::string sha;
+  ASSERT_TRUE(Sha256File(dir + "/model.safetensors", &sha).ok());
+  EXPECT_EQ(meta["sha256"], sha);
+  EXPECT_EQ(meta["version"], 1);
+  EXPECT_EQ(meta["parent"], 0);
+  EXPECT_EQ(meta["objective"], "fkl");
+  EXPECT_NEAR(meta["alpha_after"]["python"].get<double>(), r.candidate.domains["python"].logged,
+              1e-12);
+  ASSERT_TRUE(ReadFileToString(ckpt.Sub("latest"), &text).ok());
+  EXPECT_EQ(text, "v000001\n");
+
+  // A restarted trainer resumes from latest: the live draft is v1 and scores as before.
+  std::unique_ptr<Trainer> again;
+  ASSERT_TRUE(Trainer::Open(Options(ckpt.path()), nullptr, &again).ok());
+  EXPECT_EQ(again->live_version(), 1u);
+  EXPECT_EQ(again->steps(), t->steps());
+  AlphaEstimate resumed;
+  ASSERT_TRUE(EstimateAlpha(*again->candidate(), again->heldout(), 16, &resumed).ok());
+  EXPECT_NEAR(resumed.overall.logged, r.candidate.overall.logged, 1e-5);
+}
+
+TEST_F(TrainerLoopTest, GateRefusesADamagedCandidate) {
+  TempDir ckpt;
+  metrics::Registry registry;
+  std::unique_ptr<Trainer> t;
+  ASSERT_TRUE(Trainer::Open(Options(ckpt.path()), &registry, &t).ok());
+  {
+    at::NoGradGuard no_grad;
+    at::manual_seed(3);
+    for (at::Tensor& p : t->candidate()->Parameters()) p.add_(at::randn_like(p) * 0.05);
+  }
+  EvalResult r;
+  ASSERT_TRUE(t->EvaluateAndPublish(nullptr, /*force=*/false, &r).ok());
+  EXPECT_FALSE(r.decision.publish);
+  EXPECT_TRUE(r.decision.reason == "no_gain" || r.decision.reason == "domain_regression")
+      << r.decision.reason;
+  EXPECT_LT(r.candidate.overall.logged, r.live.overall.logged);
+  EXPECT_EQ(r.version, 0u);
+  EXPECT_EQ(t->checkpoints().Latest(), 0u);
+  EXPECT_FALSE(std::filesystem::exists(ckpt.Sub("v000001")));
+  const std::string text = registry.Serialize();
+  EXPECT_NE(text.find("specloop_train_checkpoints_rejected_total{reason=\"" + r.decision.reason +
+                      "\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("specloop_train_estimated_alpha{domain=\"python\",model=\"candidate\"}"),
+            std::string::npos);
+}
+
+TEST_F(TrainerLoopTest, CheckpointsKeepTheLastNAndNeverReuseVersions) {
+  TempDir ckpt;
+  std::unique_ptr<LlamaModel> m;
+  ASSERT_TRUE(LlamaModel::Load(SharedDir() + "/models/draft-prose-1m", {}, &m).ok());
+  std::unique_ptr<CheckpointStore> store;
+  ASSERT_TRUE(CheckpointStore::Open(ckpt.path(), 2, &store).ok());
+  EXPECT_EQ(store->Latest(), 0u);
+  for (uint64_t v = 1; v <= 4; ++v) {
+    CheckpointMeta meta;
+    meta.parent = v - 1;
+    ASSERT_TRUE(store->Save(*m, &meta).ok());
+    EXPECT_EQ(meta.version, v);
+    EXPECT_EQ(store->Latest(), v);
+  }
+  EXPECT_FALSE(std::filesystem::exists(ckpt.Sub("v000002")));
+  EXPECT_TRUE(std::filesystem::exists(ckpt.Sub("v000003")));
+  EXPECT_TRUE(std::filesystem::exists(ckpt.Sub("v000004")));
+  CheckpointMeta meta;
+  ASSERT_TRUE(store->ReadMeta(4, &meta).ok());
+  EXPECT_EQ(meta.parent, 3u);
+  std::unique_ptr<LlamaModel> loaded;
+  ASSERT_TRUE(LlamaModel::Load(ckpt.Sub("v000004"), {}, &loaded).ok());
+  EXPECT_TRUE(loaded->Parameters()[0].equal(m->Parameters()[0]));
+}
+
+}  // namespace
+}  // namespace trainer
+}  // namespace specloop
