@@ -40,7 +40,7 @@ class TrainerLoopTest : public ::testing::Test {
     for (const char* domain : kDomains) {
       std::vector<std::vector<int>> prompts;
       ASSERT_TRUE(
-          LoadDomainPrompts(SharedDir(), domain, models + "/target-6m", 24, 64, &prompts).ok());
+          LoadDomainPrompts(SharedDir(), domain, models + "/target-6m", 40, 64, &prompts).ok());
       for (size_t i = 0; i < prompts.size(); ++i) {
         Record r;
         o.seed = i;
@@ -61,7 +61,7 @@ class TrainerLoopTest : public ::testing::Test {
     o.checkpoint_dir = checkpoints;
     o.heldout_fraction = 0.25;
     o.batch_records = 6;
-    o.adamw.lr = 2e-3;
+    o.adamw.lr = 1e-3;
     o.gate.min_domain_positions = 30;
     o.seed = 7;
     return o;
@@ -78,7 +78,7 @@ TEST_F(TrainerLoopTest, OfflineDistillationRaisesHeldOutAlphaOfEveryDomain) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_FALSE(t->heldout().empty());
   EvalResult r;
-  s = t->RunOffline(3, /*force=*/false, {}, &r);
+  s = t->RunOffline(4, /*force=*/false, {}, &r);
   ASSERT_TRUE(s.ok()) << s.ToString();
   for (const char* d : kDomains) {
     ASSERT_TRUE(r.live.domains.count(d)) << d;
@@ -150,7 +150,7 @@ TEST_F(TrainerLoopTest, GateRefusesADamagedCandidate) {
             std::string::npos);
 }
 
-TEST_F(TrainerLoopTest, CheckpointsKeepTheLastNAndNeverReuseVersions) {
+TEST(CheckpointStore, KeepsTheLastNAndNeverReusesVersions) {
   TempDir ckpt;
   std::unique_ptr<LlamaModel> m;
   ASSERT_TRUE(LlamaModel::Load(SharedDir() + "/models/draft-prose-1m", {}, &m).ok());
