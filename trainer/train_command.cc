@@ -1,0 +1,225 @@
+// `specloop train`: the trainer process (DESIGN.md sections 1, 6-8).
+//
+//   specloop train --draft DIR --buffer DIR [--buffer DIR ...] --checkpoints DIR [options]
+//       long-running: catch up with the buffers, train, evaluate, gate, checkpoint, announce
+//       over ZeroMQ (--pub / --router), serve /metrics (--metrics-port; 0 disables).
+//   specloop train ... --offline [--epochs N] [--force]
+//       retrain from the logged buffers with no workers; progress on stderr; the last stdout
+//       line is one JSON object: {"version": N or null, "alpha_before": {domain: alpha},
+//       "alpha_after": {...}, "overall_before", "overall_after", "positions": {domain: n},
+//       "gate": {"publish", "reason", "detail"}, "objective", "steps"}. Exit 0 when a
+//       checkpoint was written, 3 when the gate refused it (no checkpoint; --force writes one
+//       regardless), 1 on errors, 2 on bad arguments.
+#include <httplib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <zmq.hpp>
+
+#include "common/draft_channel.h"
+#include "common/threads.h"
+#include "trainer/train_command.h"
+#include "trainer/trainer.h"
+
+namespace specloop {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+
+struct TrainArgs {
+  trainer::TrainerOptions t;
+  std::string objective = "fkl";
+  bool offline = false, force = false;
+  int epochs = 1, threads = 1;
+  std::string pub = "tcp://127.0.0.1:5557", router = "tcp://127.0.0.1:5558";
+  std::string curve_secret_file;
+  std::string metrics_host = "127.0.0.1";
+  int metrics_port = 9091;
+};
+
+nlohmann::json OfflineReport(const TrainArgs& a, const trainer::Trainer& t,
+                             const trainer::EvalResult& r) {
+  nlohmann::json positions = nlohmann::json::object();
+  for (const auto& [d, x] : r.candidate.domains) positions[d] = x.positions;
+  return {{"version", r.version ? nlohmann::json(r.version) : nlohmann::json(nullptr)},
+          {"alpha_before", r.live.LoggedByDomain()},
+          {"alpha_after", r.candidate.LoggedByDomain()},
+          {"overall_before", r.live.overall.logged},
+          {"overall_after", r.candidate.overall.logged},
+          {"positions", positions},
+          {"gate",
+           {{"publish", r.decision.publish},
+            {"reason", r.decision.reason},
+            {"detail", r.decision.detail}}},
+          {"objective", a.t.objective.ToString()},
+          {"steps", t.steps()}};
+}
+
+int RunOffline(const TrainArgs& a) {
+  std::unique_ptr<trainer::Trainer> t;
+  Status s = trainer::Trainer::Open(a.t, nullptr, &t);
+  if (!s.ok()) {
+    std::cerr << "specloop train: " << s.ToString() << "\n";
+    return 1;
+  }
+  const bool tty = isatty(STDERR_FILENO);
+  int64_t last_shown = -1;
+  auto progress = [&](const trainer::OfflineProgress& p) {
+    const int64_t pct = p.steps ? 100 * p.step / p.steps : 100;
+    if (!tty && pct / 10 == last_shown / 10 && p.step != p.steps) return;
+    last_shown = pct;
+    const int width = 30, filled = static_cast<int>(width * pct / 100);
+    char line[160];
+    std::snprintf(line, sizeof(line), "epoch %d/%d  step %lld/%lld  [%s%s] %3lld%%  loss %.4f",
+                  p.epoch, p.epochs, static_cast<long long>(p.step),
+                  static_cast<long long>(p.steps), std::string(filled, '#').c_str(),
+                  std::string(width - filled, ' ').c_str(), static_cast<long long>(pct), p.loss);
+    std::cerr << (tty ? "\r" : "") << line << (tty ? "" : "\n") << std::flush;
+  };
+  std::cerr << "specloop train: offline, " << a.epochs << " epoch(s), " << t->heldout().size()
+            << " held-out records\n";
+  trainer::EvalResult r;
+  s = t->RunOffline(a.epochs, a.force, progress, &r);
+  if (tty) std::cerr << "\n";
+  if (!s.ok()) {
+    std::cerr << "specloop train: " << s.ToString() << "\n";
+    return 1;
+  }
+  for (const auto& [d, x] : r.candidate.domains) {
+    std::fprintf(stderr, "  %-10s alpha %.4f -> %.4f  (%lld positions)\n", d.c_str(),
+                 r.live.domains[d].logged, x.logged, static_cast<long long>(x.positions));
+  }
+  std::cout << OfflineReport(a, *t, r).dump() << std::endl;
+  return r.version ? 0 : 3;
+}
+
+int RunOnline(const TrainArgs& a) {
+  metrics::Registry registry;
+  std::unique_ptr<trainer::Trainer> t;
+  Status s = trainer::Trainer::Open(a.t, &registry, &t);
+  if (!s.ok()) {
+    std::cerr << "specloop train: " << s.ToString() << "\n";
+    return 1;
+  }
+  PublisherOptions po;
+  po.pub_endpoint = a.pub;
+  po.router_endpoint = a.router;
+  if (!a.curve_secret_file.empty()) {
+    s = ReadFileToString(a.curve_secret_file, &po.curve_secret_key);
+    while (!po.curve_secret_key.empty() && std::isspace(po.curve_secret_key.back())) {
+      po.curve_secret_key.pop_back();
+    }
+    if (!s.ok() || po.curve_secret_key.size() != 40) {
+      std::cerr << "specloop train: --curve-secret-key-file: need a 40-character Z85 key\n";
+      return 2;
+    }
+  }
+  zmq::context_t ctx;
+  std::unique_ptr<DraftPublisher> publisher;
+  s = DraftPublisher::Start(&ctx, po, a.t.checkpoint_dir, &publisher);
+  if (s.ok() && t->live_version() > 0) s = publisher->Publish(t->live_version());
+  if (!s.ok()) {
+    std::cerr << "specloop train: " << s.ToString() << "\n";
+    return 1;
+  }
+  httplib::Server http;
+  std::thread http_thread;
+  if (a.metrics_port > 0) {
+    http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+      res.set_content(registry.Serialize(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    });
+    if (!http.bind_to_port(a.metrics_host.c_str(), a.metrics_port)) {
+      std::cerr << "specloop train: cannot bind " << a.metrics_host << ":" << a.metrics_port << "\n";
+      return 1;
+    }
+    http_thread = std::thread([&] { http.listen_after_bind(); });
+  }
+  std::cerr << "specloop train: live draft v" << t->live_version() << ", announcing on "
+            << publisher->pub_endpoint() << ", serving on " << publisher->router_endpoint()
+            << (a.metrics_port > 0 ? ", metrics on http://" + a.metrics_host + ":" +
+                                         std::to_string(a.metrics_port) + "/metrics"
+                                   : std::string())
+            << "\n";
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  s = t->RunOnline(g_stop, publisher.get());
+  if (http_thread.joinable()) {
+    http.stop();
+    http_thread.join();
+  }
+  publisher->Stop();
+  if (!s.ok()) {
+    std::cerr << "specloop train: " << s.ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddTrainCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("train", "distil the draft toward the target on replay buffers");
+  auto a = std::make_shared<TrainArgs>();
+  trainer::TrainerOptions& t = a->t;
+  cmd->add_option("--draft", t.draft_dir, "initial draft model directory")->required();
+  cmd->add_option("--buffer", t.buffer_dirs, "replay buffer directory (repeatable)")->required();
+  cmd->add_option("--checkpoints", t.checkpoint_dir, "checkpoint directory")->required();
+  cmd->add_option("--objective", a->objective, "fkl, rkl, tvd, jsd or jsd:<beta>")
+      ->capture_default_str();
+  cmd->add_flag("--offline", a->offline, "retrain from the buffers once, with no workers");
+  cmd->add_option("--epochs", a->epochs, "offline: passes over the buffers")->capture_default_str();
+  cmd->add_flag("--force", a->force, "offline: write the checkpoint even if the gate refuses it");
+  cmd->add_option("--lr", t.adamw.lr, "AdamW learning rate")->capture_default_str();
+  cmd->add_option("--weight-decay", t.adamw.weight_decay, "AdamW weight decay")
+      ->capture_default_str();
+  cmd->add_option("--max-grad-norm", t.adamw.max_grad_norm, "gradient clipping")
+      ->capture_default_str();
+  cmd->add_option("--batch-records", t.batch_records, "records per step")->capture_default_str();
+  cmd->add_option("--eval-every", t.eval_every_steps, "steps between evaluations")
+      ->capture_default_str();
+  cmd->add_option("--heldout-fraction", t.heldout_fraction, "records held out for evaluation")
+      ->capture_default_str();
+  cmd->add_option("--half-life", t.half_life_seconds, "recency half-life of sampling, seconds")
+      ->capture_default_str();
+  cmd->add_option("--min-gain", t.gate.min_gain, "gate: least overall alpha gain")
+      ->capture_default_str();
+  cmd->add_option("--max-domain-regression", t.gate.max_domain_regression,
+                  "gate: most a domain's alpha may fall")
+      ->capture_default_str();
+  cmd->add_option("--keep-last", t.keep_last, "checkpoints kept")->capture_default_str();
+  cmd->add_option("--seed", t.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--device", t.device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "compute threads")->capture_default_str();
+  cmd->add_option("--pub", a->pub, "ZeroMQ PUB endpoint (announcements)")->capture_default_str();
+  cmd->add_option("--router", a->router, "ZeroMQ ROUTER endpoint (checkpoint transfer)")
+      ->capture_default_str();
+  cmd->add_option("--curve-secret-key-file", a->curve_secret_file,
+                  "file holding the trainer's CURVE secret key (Z85); enables CURVE");
+  cmd->add_option("--metrics-host", a->metrics_host, "address of /metrics")->capture_default_str();
+  cmd->add_option("--metrics-port", a->metrics_port, "port of /metrics; 0 disables")
+      ->capture_default_str();
+  cmd->callback([a, exit_code] {
+    Status s = trainer::ObjectiveSpec::Parse(a->objective, &a->t.objective);
+    if (!s.ok() || a->epochs < 1 || a->t.batch_records < 1) {
+      std::cerr << "specloop train: " << (s.ok() ? "--epochs and --batch-records must be >= 1"
+                                                 : s.ToString())
+                << "\n";
+      *exit_code = 2;
+      return;
+    }
+    SetComputeThreads(a->threads);
+    *exit_code = a->offline ? RunOffline(*a) : RunOnline(*a);
+  });
+}
+
+}  // namespace specloop
