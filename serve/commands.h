@@ -12,5 +12,7 @@ void AddConvertCommand(CLI::App& app, int* exit_code);
 void AddBufferCommand(CLI::App& app, int* exit_code);
 // `specloop serve` (serve/serve_command.cc, library specloop_serve).
 void AddServeCommand(CLI::App& app, int* exit_code);
+// `specloop train` (trainer/train_command.cc, library specloop_trainer_cli).
+void AddTrainCommand(CLI::App& app, int* exit_code);
 
 }  // namespace specloop

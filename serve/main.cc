@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   specloop::AddConvertCommand(app, &exit_code);
   specloop::AddBufferCommand(app, &exit_code);
   specloop::AddServeCommand(app, &exit_code);
+  specloop::AddTrainCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
