@@ -1,0 +1,402 @@
+// Loopback tests of the whole serving stack in-process: HttpServer + Scheduler + SampleLogger
+// on the fixture models, a free port on 127.0.0.1, stopped by the fixture even on failure.
+#include "serve/http_server.h"
+
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "buffer/replay_logger.h"
+#include "buffer/replay_reader.h"
+#include "serve/sample_logger.h"
+#include "tests/serve/test_util.h"
+
+namespace specloop {
+namespace {
+
+using json = nlohmann::json;
+using serve_test::TempDir;
+
+// One serving stack on a free loopback port; stopped in the destructor.
+class TestServer {
+ public:
+  explicit TestServer(const std::string& buffer_dir = "", int max_batch = 16, int k = -1) {
+    EXPECT_TRUE(LlamaModel::Load(serve_test::TargetDir(), {}, &target_).ok());
+    std::unique_ptr<LlamaModel> draft;
+    EXPECT_TRUE(LlamaModel::Load(serve_test::DraftDir(), {}, &draft).ok());
+    EXPECT_TRUE(Tokenizer::Load(serve_test::TargetDir(), &tokenizer_).ok());
+    EXPECT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &metrics_).ok());
+    if (!buffer_dir.empty()) {
+      EXPECT_TRUE(
+          ReplayLogger::Open(BufferOptions(), LoggerOptions(), buffer_dir, &logger_).ok());
+      SampleLoggerOptions so;
+      so.target_id = "target-6m-test";
+      sample_logger_ = std::make_unique<SampleLogger>(logger_.get(), so);
+    }
+    SchedulerOptions o;
+    o.max_batch = max_batch;
+    o.k = k;
+    scheduler_ = std::make_unique<Scheduler>(target_.get(), std::move(draft), tokenizer_.get(),
+                                             metrics_.get(), sample_logger_.get(), o);
+    EXPECT_TRUE(scheduler_->Start().ok());
+    HttpServerOptions ho;
+    ho.port = 0;
+    ho.model_name = "target-6m";
+    ho.target_id = "target-6m-test";
+    server_ = std::make_unique<HttpServer>(ho, scheduler_.get(), metrics_.get(),
+                                           tokenizer_.get(), &target_->config(), logger_.get(),
+                                           sample_logger_.get());
+    EXPECT_TRUE(server_->Bind(&port_).ok());
+    thread_ = std::thread([this] { (void)server_->Run(); });
+  }
+  ~TestServer() { Shutdown(); }
+
+  // Stops everything; the replay buffer (if any) is closed and complete afterwards.
+  void Shutdown() {
+    if (!server_) return;
+    server_->Stop();
+    thread_.join();
+    scheduler_->Stop();
+    sample_logger_.reset();
+    if (logger_) EXPECT_TRUE(logger_->Close().ok());
+    server_.reset();
+  }
+
+  std::unique_ptr<httplib::Client> Client() const {
+    auto c = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    c->set_read_timeout(120, 0);
+    return c;
+  }
+  int port() const { return port_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+
+ private:
+  std::unique_ptr<LlamaModel> target_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ServingMetrics> metrics_;
+  std::unique_ptr<ReplayLogger> logger_;
+  std::unique_ptr<SampleLogger> sample_logger_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<HttpServer> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+// The first `n` prompts of a domain's prompt file.
+std::vector<std::string> Prompts(const std::string& domain, size_t n) {
+  std::ifstream in(serve_test::Shared() + "/prompts/" + domain + ".jsonl");
+  std::vector<std::string> out;
+  std::string line;
+  while (out.size() < n && std::getline(in, line)) {
+    out.push_back(json::parse(line)["prompt"].get<std::string>().substr(0, 200));
+  }
+  return out;
+}
+
+struct Completion {
+  int status = 0;
+  std::string text, finish_reason;
+  json body;  // the response (non-streaming) or the last chunk (streaming)
+  bool done_marker = false;
+};
+
+Completion Complete(httplib::Client& c, json req) {
+  Completion out;
+  auto res = c.Post("/v1/completions", req.dump(), "application/json");
+  if (!res) return out;
+  out.status = res->status;
+  if (!req.value("stream", false) || res->status != 200) {
+    out.body = json::parse(res->body, nullptr, false);
+    if (res->status == 200) {
+      out.text = out.body["choices"][0]["text"];
+      out.finish_reason = out.body["choices"][0]["finish_reason"];
+    }
+    return out;
+  }
+  // Server-sent events: "data: {...}\n\n" ... "data: [DONE]\n\n".
+  size_t pos = 0;
+  const std::string& b = res->body;
+  while (pos < b.size()) {
+    size_t end = b.find("\n\n", pos);
+    if (end == std::string::npos) break;
+    std::string event = b.substr(pos, end - pos);
+    pos = end + 2;
+    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+    const std::string data = event.substr(6);
+    if (data == "[DONE]") {
+      out.done_marker = true;
+      EXPECT_EQ(pos, b.size()) << "events after [DONE]";
+      break;
+    }
+    json chunk = json::parse(data);
+    out.text += chunk["choices"][0]["text"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) {
+      out.finish_reason = chunk["choices"][0]["finish_reason"];
+      out.body = chunk;
+    }
+  }
+  return out;
+}
+
+json Greedy(const std::string& prompt, int max_tokens, const std::string& domain) {
+  return {{"model", "target-6m"}, {"prompt", prompt}, {"max_tokens", max_tokens},
+          {"temperature", 0}, {"domain", domain}};
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new TestServer(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static TestServer* server_;
+};
+TestServer* HttpServerTest::server_ = nullptr;
+
+TEST_F(HttpServerTest, GreedyCompletionsEqualSpecloopGenerate) {
+  auto c = server_->Client();
+  for (const std::string domain : {"prose", "python", "c"}) {
+    for (const std::string& prompt : Prompts(domain, 2)) {
+      const Completion got = Complete(*c, Greedy(prompt, 48, domain));
+      ASSERT_EQ(got.status, 200) << got.body.dump();
+      std::string out;
+      ASSERT_EQ(serve_test::RunCommand(std::string(SPECLOOP_BINARY) + " generate --model " +
+                                           serve_test::TargetDir() + " --prompt " +
+                                           serve_test::ShellQuote(prompt) +
+                                           " --max-tokens 48 --temperature 0 --json",
+                                       &out),
+                0);
+      const json want = json::parse(out);
+      EXPECT_EQ(got.text, want["text"].get<std::string>()) << domain << ": " << prompt;
+      EXPECT_EQ(got.body["usage"]["completion_tokens"].get<size_t>(), want["tokens"].size());
+      EXPECT_EQ(got.body["usage"]["prompt_tokens"].get<size_t>(), want["prompt_tokens"].size());
+      const json& spec = got.body["speculative"];
+      EXPECT_GE(spec["drafted"].get<int>(), spec["accepted"].get<int>());
+      EXPECT_EQ(spec["draft_version"], 0);
+      EXPECT_TRUE(spec.contains("acceptance_rate"));
+    }
+  }
+}
+
+TEST_F(HttpServerTest, StreamingDeliversTheSameTextAsNonStreaming) {
+  auto c = server_->Client();
+  for (const std::string domain : {"legal", "docs"}) {
+    for (const std::string& prompt : Prompts(domain, 2)) {
+      json req = Greedy(prompt, 40, domain);
+      const Completion plain = Complete(*c, req);
+      req["stream"] = true;
+      const Completion streamed = Complete(*c, req);
+      ASSERT_EQ(plain.status, 200);
+      ASSERT_EQ(streamed.status, 200);
+      EXPECT_TRUE(streamed.done_marker);
+      EXPECT_EQ(streamed.text, plain.text);
+      EXPECT_EQ(streamed.finish_reason, plain.finish_reason);
+      EXPECT_EQ(streamed.body["usage"], plain.body["usage"]);
+    }
+  }
+}
+
+TEST_F(HttpServerTest, StopSequencesCutTheText) {
+  auto c = server_->Client();
+  const std::string prompt = Prompts("prose", 1)[0];
+  const Completion full = Complete(*c, Greedy(prompt, 48, "prose"));
+  ASSERT_EQ(full.status, 200);
+  ASSERT_GT(full.text.size(), 30u);
+  const std::string stop = full.text.substr(20, 4);
+  json req = Greedy(prompt, 48, "prose");
+  req["stop"] = {stop, "never-appears"};
+  for (bool stream : {false, true}) {
+    req["stream"] = stream;
+    const Completion cut = Complete(*c, req);
+    ASSERT_EQ(cut.status, 200);
+    EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop))) << "stream " << stream;
+    EXPECT_EQ(cut.finish_reason, "stop");
+  }
+}
+
+TEST_F(HttpServerTest, SixteenConcurrentClientsGetCorrectCompleteAnswers) {
+  std::vector<std::pair<std::string, std::string>> jobs;  // domain, prompt
+  for (const std::string domain : {"prose", "python", "c", "legal", "docs"}) {
+    for (const std::string& p : Prompts(domain, 4)) jobs.push_back({domain, p});
+  }
+  jobs.resize(16);
+  // What each prompt gives alone.
+  std::vector<Completion> alone(16), together(16);
+  auto c = server_->Client();
+  for (int i = 0; i < 16; ++i) alone[i] = Complete(*c, Greedy(jobs[i].second, 32, jobs[i].first));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      auto ci = server_->Client();
+      json req = Greedy(jobs[i].second, 32, jobs[i].first);
+      req["stream"] = i % 2 == 1;
+      together[i] = Complete(*ci, req);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_EQ(together[i].status, 200) << i;
+    EXPECT_EQ(together[i].text, alone[i].text) << i;
+    EXPECT_EQ(together[i].finish_reason, alone[i].finish_reason) << i;
+    EXPECT_EQ(together[i].body["usage"]["completion_tokens"],
+              alone[i].body["usage"]["completion_tokens"]);
+  }
+  // The requests were decoded in shared batches.
+  auto m = c->Get("/metrics");
+  ASSERT_TRUE(m);
+  auto value = [&](const std::string& name) {
+    const size_t p = m->body.find("\n" + name + " ");
+    return p == std::string::npos ? -1.0 : std::stod(m->body.substr(p + name.size() + 2));
+  };
+  EXPECT_GT(value("specloop_batch_size_sum") / value("specloop_batch_size_count"), 1.5);
+}
+
+TEST_F(HttpServerTest, BadInputGets4xxAndTheServerKeepsServing) {
+  auto c = server_->Client();
+  const std::string long_prompt(8000, 'a');
+  struct Case {
+    std::string body;
+    int status;
+  } cases[] = {
+      {"{\"prompt\": \"hi\", ", 400},                            // malformed JSON
+      {"not json at all", 400},
+      {R"({"prompt": 12})", 400},                                 // wrong types
+      {R"({"prompt": "hi", "max_tokens": "many"})", 400},
+      {R"({"prompt": "hi", "temperature": [1]})", 400},
+      {R"({"prompt": "hi", "stream": 1})", 400},
+      {R"({"prompt": "hi", "max_tokens": -5})", 400},            // negative max_tokens
+      {"{\"prompt\": \"" + long_prompt + "\"}", 400},            // over the context limit
+      {R"({"prompt": "hi", "model": "no-such-model"})", 404},    // unknown model
+  };
+  for (const Case& k : cases) {
+    auto res = c->Post("/v1/completions", k.body, "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, k.status) << k.body.substr(0, 60);
+    const json j = json::parse(res->body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << res->body;
+    EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+  }
+  auto r404 = c->Get("/v1/nothing");
+  ASSERT_TRUE(r404);
+  EXPECT_EQ(r404->status, 404);
+  auto big = c->Post("/v1/completions", std::string(2 << 20, ' '), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  // Still serving.
+  auto health = c->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  const Completion ok = Complete(*c, Greedy("And God said", 8, "prose"));
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.body["usage"]["completion_tokens"], 8);
+  auto models = c->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "target-6m");
+}
+
+TEST_F(HttpServerTest, MetricsPassPromtool) {
+  auto c = server_->Client();
+  Complete(*c, Greedy("In the beginning", 16, "prose"));
+  auto m = c->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  for (const char* want : {"specloop_acceptance_rate{domain=\"prose\",window=\"short\"}",
+                           "specloop_acceptance_drift{domain=\"prose\"}",
+                           "specloop_generated_tokens_total{domain=\"prose\"}",
+                           "specloop_forward_duration_seconds_bucket{model=\"target\",le=",
+                           "specloop_draft_version 0"}) {
+    EXPECT_NE(m->body.find(want), std::string::npos) << want;
+  }
+  TempDir dir;
+  std::ofstream(dir.path() + "/m.txt") << m->body;
+  std::string out;
+  EXPECT_EQ(serve_test::RunCommand("promtool check metrics < " + dir.path() + "/m.txt 2>&1", &out),
+            0)
+      << out;
+}
+
+TEST_F(HttpServerTest, ClientDisconnectCancelsAStream) {
+  auto c = server_->Client();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.set_header("Content-Type", "application/json");
+  req.body = json{{"prompt", "And it came to pass"}, {"max_tokens", 900}, {"ignore_eos", true},
+                  {"stream", true}, {"domain", "cancel-test"}}
+                 .dump();
+  int chunks = 0;
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 2; };
+  c->send(req);  // aborted by the receiver
+  // The scheduler retires the request as cancelled long before 900 tokens.
+  auto m = server_->Client();
+  bool cancelled = false;
+  for (int i = 0; i < 100 && !cancelled; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto res = m->Get("/metrics");
+    cancelled = res && res->body.find("specloop_requests_total{domain=\"cancel-test\","
+                                      "finish_reason=\"cancelled\"} 1") != std::string::npos;
+  }
+  EXPECT_TRUE(cancelled);
+}
+
+// Logging: every finished request (max_tokens, EOS, stop string, streaming) becomes one record
+// whose steps follow the Record convention: for greedy requests the target's top-1 at each
+// verified position is the token the sequence holds there.
+TEST(HttpServerLogging, EveryFinishedRequestBecomesARecord) {
+  TempDir buffer;
+  int requests = 0;
+  {
+    TestServer server(buffer.path());
+    auto c = server.Client();
+    for (const std::string domain : {"prose", "python"}) {
+      for (const std::string& p : Prompts(domain, 2)) {
+        json req = Greedy(p, 24, domain);
+        ASSERT_EQ(Complete(*c, req).status, 200);
+        req["stream"] = true;
+        req["stop"] = {"e"};  // stops early on almost any text
+        const Completion s = Complete(*c, req);
+        ASSERT_EQ(s.status, 200);
+        requests += 2;
+      }
+    }
+    ASSERT_EQ(Complete(*c, {{"prompt", "x"}, {"model", "bad"}}).status, 404);  // not logged
+    server.Shutdown();
+  }
+  std::unique_ptr<ReplayReader> reader;
+  ASSERT_TRUE(ReplayReader::Open(ReaderOptions(), {buffer.path()}, &reader).ok());
+  std::vector<Record> records;
+  ASSERT_TRUE(reader->Scan(ScanOptions(), [&](size_t, const Record& r) {
+                      records.push_back(r);
+                      return true;
+                    }).ok());
+  ASSERT_EQ(static_cast<int>(records.size()), requests);
+  int checked = 0;
+  for (const Record& r : records) {
+    EXPECT_EQ(r.target_id, "target-6m-test");
+    EXPECT_EQ(r.top_k, 64u);
+    ASSERT_FALSE(r.steps.empty());
+    EXPECT_EQ(ValidateRecord(r), "");
+    for (const SpecStep& s : r.steps) {
+      const size_t k = s.draft_tokens.size();
+      // (A step cut by max_tokens or EOS accepted drafts that the final tokens do not hold.)
+      for (size_t i = 0; i < s.num_accepted && s.start_pos + i < r.tokens.size(); ++i) {
+        EXPECT_EQ(r.tokens[s.start_pos + i], s.draft_tokens[i]);
+      }
+      for (size_t j = 0; j <= s.num_accepted && j <= k; ++j) {
+        if (s.start_pos + j >= r.tokens.size()) break;
+        EXPECT_EQ(s.topk_ids[j * r.top_k], r.tokens[s.start_pos + j])  // greedy = top-1
+            << r.request_id << " start " << s.start_pos << " j " << j << " k " << k
+            << " accepted " << s.num_accepted << " len " << r.tokens.size();
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 50);
+}
+
+}  // namespace
+}  // namespace specloop

@@ -1,0 +1,41 @@
+// Drives `specloop serve` with the official `openai` npm client: one completion, one stream,
+// and one bad request. Prints one JSON object for openai_client_test.cc to check.
+// Usage: node openai_client.mjs BASE_URL MODEL (NODE_PATH points at the installed client)
+import { createRequire } from 'module';
+const require = createRequire(process.env.SPECLOOP_NODE_DIR + '/');
+const OpenAI = require('openai');
+
+const [baseURL, model] = process.argv.slice(2);
+const client = new (OpenAI.default || OpenAI)({ baseURL, apiKey: 'unused', maxRetries: 0 });
+const prompt = 'And God said, Let there be';
+
+const out = {};
+const done = await client.completions.create({
+  model, prompt, max_tokens: 24, temperature: 0, domain: 'prose',
+});
+out.text = done.choices[0].text;
+out.finish_reason = done.choices[0].finish_reason;
+out.usage = done.usage;
+out.speculative = done.speculative;
+
+const stream = await client.completions.create({
+  model, prompt, max_tokens: 24, temperature: 0, stream: true,
+});
+out.stream_text = '';
+out.stream_chunks = 0;
+for await (const chunk of stream) {
+  out.stream_text += chunk.choices[0].text;
+  out.stream_chunks += 1;
+  if (chunk.choices[0].finish_reason) out.stream_finish_reason = chunk.choices[0].finish_reason;
+}
+
+try {
+  await client.completions.create({ model: 'no-such-model', prompt, max_tokens: 4 });
+  out.bad_model_status = 200;
+} catch (e) {
+  out.bad_model_status = e.status;
+  out.bad_model_message = e.error?.message ?? e.message;
+}
+const models = await client.models.list();
+out.models = models.data.map((m) => m.id);
+console.log(JSON.stringify(out));

@@ -1,0 +1,107 @@
+#include "serve/sample_logger.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "buffer/half.h"
+#include "buffer/replay_reader.h"
+#include "tests/serve/test_util.h"
+
+namespace specloop {
+namespace {
+
+TEST(FillTopK, KeepsTheLargestLogProbsInOrderAndTheTailMass) {
+  // Two rows over 6 tokens, K = 3.
+  const std::vector<float> rows = {0, 1, 2, 3, 2, 0,  // ties at 2: lower id first
+                                   5, 5, 5, 5, 5, 5};
+  SpecStep step;
+  FillTopK(rows.data(), 2, 6, 3, &step);
+  ASSERT_EQ(step.topk_ids.size(), 6u);
+  ASSERT_EQ(step.topk_logprobs.size(), 6u);
+  ASSERT_EQ(step.tail_mass.size(), 2u);
+  EXPECT_EQ(std::vector<int32_t>(step.topk_ids.begin(), step.topk_ids.begin() + 3),
+            (std::vector<int32_t>{3, 2, 4}));
+  double z = 0;
+  for (int v = 0; v < 6; ++v) z += std::exp(rows[v]);
+  for (int i = 0; i < 3; ++i) {
+    const double want = rows[step.topk_ids[i]] - std::log(z);
+    EXPECT_NEAR(HalfToFloat(step.topk_logprobs[i]), want, 2e-3);
+  }
+  const double kept = (std::exp(3.0) + 2 * std::exp(2.0)) / z;
+  EXPECT_NEAR(step.tail_mass[0], 1.0 - kept, 1e-5);
+  // Uniform row: ids 0, 1, 2, each log(1/6), tail 1/2.
+  EXPECT_EQ(std::vector<int32_t>(step.topk_ids.begin() + 3, step.topk_ids.end()),
+            (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_NEAR(HalfToFloat(step.topk_logprobs[4]), std::log(1.0 / 6), 2e-3);
+  EXPECT_NEAR(step.tail_mass[1], 0.5, 1e-5);
+}
+
+TEST(SampleLogger, WritesOneRecordPerRequestWithEveryStep) {
+  serve_test::TempDir dir;
+  std::unique_ptr<ReplayLogger> logger;
+  ASSERT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), dir.path(), &logger).ok());
+  {
+    SampleLoggerOptions o;
+    o.top_k = 4;
+    o.worker_id = 7;
+    o.target_id = "t-1";
+    SampleLogger sl(logger.get(), o);
+    SamplingParams sp;
+    sp.temperature = 0;
+    auto trace = sl.Begin("prose", "cmpl-1", 3, sp, {1, 10, 11});
+    // Step 1: k = 2 at start_pos 3, one accepted; rows [3, 8].
+    at::Tensor rows = at::randn({3, 8});
+    sl.AddStep(trace, 3, {20, 21}, 1, rows);
+    // Step 2: k = 0 (plain) at start_pos 5.
+    sl.AddStep(trace, 5, {}, 0, at::randn({1, 8}));
+    sl.Finish(trace, {1, 10, 11, 20, 30, 31});
+  }  // drains
+  ASSERT_TRUE(logger->Close().ok());
+  EXPECT_EQ(logger->stats().records_written.load(), 1u);
+
+  std::unique_ptr<ReplayReader> reader;
+  ASSERT_TRUE(ReplayReader::Open(ReaderOptions(), {dir.path()}, &reader).ok());
+  std::vector<Record> got;
+  ASSERT_TRUE(reader->Scan(ScanOptions(), [&](size_t, const Record& r) {
+                      got.push_back(r);
+                      return true;
+                    }).ok());
+  ASSERT_EQ(got.size(), 1u);
+  const Record& r = got[0];
+  EXPECT_EQ(r.domain, "prose");
+  EXPECT_EQ(r.request_id, "cmpl-1");
+  EXPECT_EQ(r.worker_id, 7u);
+  EXPECT_EQ(r.draft_version, 3u);
+  EXPECT_EQ(r.target_id, "t-1");
+  EXPECT_EQ(r.prompt_len, 3u);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{1, 10, 11, 20, 30, 31}));
+  EXPECT_EQ(r.top_k, 4u);
+  ASSERT_EQ(r.steps.size(), 2u);
+  EXPECT_EQ(r.steps[0].start_pos, 3u);
+  EXPECT_EQ(r.steps[0].draft_tokens, (std::vector<int32_t>{20, 21}));
+  EXPECT_EQ(r.steps[0].num_accepted, 1u);
+  EXPECT_EQ(r.steps[0].topk_ids.size(), 12u);
+  EXPECT_EQ(r.steps[1].tail_mass.size(), 1u);
+  EXPECT_EQ(ValidateRecord(r), "");
+}
+
+TEST(SampleLogger, DropsStepsPastTheBacklogInsteadOfBlocking) {
+  serve_test::TempDir dir;
+  std::unique_ptr<ReplayLogger> logger;
+  ASSERT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), dir.path(), &logger).ok());
+  SampleLoggerOptions o;
+  o.max_pending_steps = 4;
+  o.top_k = 64;
+  auto sl = std::make_unique<SampleLogger>(logger.get(), o);
+  auto trace = sl->Begin("c", "cmpl-2", 0, SamplingParams(), {1});
+  at::Tensor rows = at::randn({9, 4096});
+  for (int i = 0; i < 2000; ++i) sl->AddStep(trace, 1, {1, 2, 3, 4, 5, 6, 7, 8}, 8, rows);
+  EXPECT_GT(sl->steps_dropped(), 0u);
+  sl->Finish(trace, {1});
+  sl.reset();
+  ASSERT_TRUE(logger->Close().ok());
+}
+
+}  // namespace
+}  // namespace specloop

@@ -1,0 +1,67 @@
+#include "serve/serving_metrics.h"
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "tests/serve/test_util.h"
+
+namespace specloop {
+namespace {
+
+TEST(ServingMetrics, FoldsDomainsPastTheCapIntoOther) {
+  ServingMetricsOptions o;
+  o.max_domains = 3;
+  std::unique_ptr<ServingMetrics> m;
+  ASSERT_TRUE(ServingMetrics::Create(o, &m).ok());
+  EXPECT_EQ(m->DomainLabel("a"), "a");
+  EXPECT_EQ(m->DomainLabel("b"), "b");
+  EXPECT_EQ(m->DomainLabel("c"), "c");
+  EXPECT_EQ(m->DomainLabel("d"), "other");
+  EXPECT_EQ(m->DomainLabel("a"), "a");
+  for (int i = 0; i < 50; ++i) {
+    auto* d = m->ForDomain(m->DomainLabel("dom" + std::to_string(i)));
+    m->ObserveStep(d, 4, 4, 2, 3);
+  }
+  const std::string text = m->Render(nullptr, nullptr);
+  EXPECT_NE(text.find("specloop_spec_steps_total{domain=\"other\"} 50"), std::string::npos);
+  EXPECT_EQ(text.find("dom7"), std::string::npos);
+}
+
+TEST(ServingMetrics, ExposesAlphaWindowsDriftAndPassesPromtool) {
+  std::unique_ptr<ServingMetrics> m;
+  ASSERT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &m).ok());
+  auto* prose = m->ForDomain(m->DomainLabel("prose"));
+  auto* code = m->ForDomain(m->DomainLabel("python"));
+  // prose: alpha 0.9 then a drop to 0.2 (a drift event); python steady at 0.5.
+  for (int i = 0; i < 400; ++i) m->ObserveStep(prose, 4, 4, i % 10 == 0 ? 3 : 4, 4);
+  for (int i = 0; i < 200; ++i) m->ObserveStep(prose, 4, 4, i % 5 == 0 ? 4 : 0, 1);
+  for (int i = 0; i < 300; ++i) m->ObserveStep(code, 2, 2, i % 2 ? 2 : 0, 2);
+  m->ObserveRequest(prose, "stop", 0.2, 0.01, 10);
+  m->ObserveTargetForward(0.001, 4);
+  m->ObserveHttpError(400);
+  m->SetDraftVersion(0);
+  const std::string text = m->Render(nullptr, nullptr);
+  for (const char* want : {"specloop_acceptance_rate{domain=\"prose\",window=\"short\"}",
+                           "specloop_acceptance_rate{domain=\"prose\",window=\"long\"}",
+                           "specloop_acceptance_drift{domain=\"python\"}",
+                           "specloop_acceptance_drift_events_total{domain=\"prose\",direction=\"down\"}",
+                           "specloop_tokens_per_step_bucket{domain=\"python\",le=\"2\"}",
+                           "specloop_requests_total{domain=\"prose\",finish_reason=\"stop\"} 1",
+                           "specloop_draft_version 0"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want;
+  }
+  auto readings = m->drift().Snapshot();
+  ASSERT_EQ(readings.size(), 2u);
+  EXPECT_EQ(readings[0].domain, "prose");
+  EXPECT_GE(readings[0].down_events, 1u);  // prose fell
+  EXPECT_EQ(readings[1].up_events + readings[1].down_events, 0u);  // python steady
+  serve_test::TempDir dir;
+  const std::string path = dir.path() + "/metrics.txt";
+  std::ofstream(path) << text;
+  std::string out;
+  EXPECT_EQ(serve_test::RunCommand("promtool check metrics < " + path + " 2>&1", &out), 0) << out;
+}
+
+}  // namespace
+}  // namespace specloop
