@@ -8,10 +8,28 @@ namespace {
 
 typedef float v8 __attribute__((vector_size(32)));
 
+typedef int i8 __attribute__((vector_size(32)));
+
 inline float HSum(v8 v) {
   float s = 0;
   for (int i = 0; i < 8; ++i) s += v[i];
   return s;
+}
+
+// Pairwise sums within 128-bit halves, as AVX's vhaddps:
+// [a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7].
+inline v8 HAdd(v8 a, v8 b) {
+  const i8 even = {0, 2, 8, 10, 4, 6, 12, 14}, odd = {1, 3, 9, 11, 5, 7, 13, 15};
+  return __builtin_shuffle(a, b, even) + __builtin_shuffle(a, b, odd);
+}
+
+// Lane j of the result is the sum of all lanes of v[j]: eight horizontal sums in a tree of
+// shuffles and adds, not eight separate reductions.
+inline v8 Reduce8(v8 a0, v8 a1, v8 a2, v8 a3, v8 a4, v8 a5, v8 a6, v8 a7) {
+  const v8 h0 = HAdd(HAdd(a0, a1), HAdd(a2, a3));  // [s0..s3 of the low halves | high halves]
+  const v8 h1 = HAdd(HAdd(a4, a5), HAdd(a6, a7));
+  const i8 lo = {0, 1, 2, 3, 8, 9, 10, 11}, hi = {4, 5, 6, 7, 12, 13, 14, 15};
+  return __builtin_shuffle(h0, h1, lo) + __builtin_shuffle(h0, h1, hi);
 }
 
 }  // namespace
@@ -42,8 +60,9 @@ void SmallGemm(const float* x, const float* w, float* out, int64_t M, int64_t K,
         std::memcpy(&t, w2 + k, 32); a02 += t * u; a12 += t * v;
         std::memcpy(&t, w3 + k, 32); a03 += t * u; a13 += t * v;
       }
-      float s0[4] = {HSum(a00), HSum(a01), HSum(a02), HSum(a03)};
-      float s1[4] = {HSum(a10), HSum(a11), HSum(a12), HSum(a13)};
+      const v8 sums = Reduce8(a00, a01, a02, a03, a10, a11, a12, a13);
+      float s0[4] = {sums[0], sums[1], sums[2], sums[3]};
+      float s1[4] = {sums[4], sums[5], sums[6], sums[7]};
       const float* ws[4] = {w0, w1, w2, w3};
       for (int j = 0; j < 4; ++j) {
         for (int64_t k = K8; k < K; ++k) { s0[j] += ws[j][k] * x0[k]; s1[j] += ws[j][k] * x1[k]; }
@@ -80,31 +99,29 @@ void SmallGemm(const float* x, const float* w, float* out, int64_t M, int64_t K,
 }
 
 __attribute__((target_clones("arch=x86-64-v3", "default")))
-float Dot(const float* a, const float* b, int64_t n) {
-  const int64_t n8 = n / 8 * 8;
-  v8 acc = {};
-  for (int64_t i = 0; i < n8; i += 8) {
-    v8 u, v;
-    std::memcpy(&u, a + i, 32);
-    std::memcpy(&v, b + i, 32);
-    acc += u * v;
+void WeightedRowSum(const float* weights, const float* rows, int64_t n, int64_t dim, float* out) {
+  int64_t d = 0;
+  for (; d + 32 <= dim; d += 32) {  // 32 columns at a time: four 8-wide accumulators
+    v8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (int64_t t = 0; t < n; ++t) {
+      const float* r = rows + t * dim + d;
+      const float w = weights[t];
+      v8 u;
+      std::memcpy(&u, r, 32); a0 += w * u;
+      std::memcpy(&u, r + 8, 32); a1 += w * u;
+      std::memcpy(&u, r + 16, 32); a2 += w * u;
+      std::memcpy(&u, r + 24, 32); a3 += w * u;
+    }
+    std::memcpy(out + d, &a0, 32);
+    std::memcpy(out + d + 8, &a1, 32);
+    std::memcpy(out + d + 16, &a2, 32);
+    std::memcpy(out + d + 24, &a3, 32);
   }
-  float s = HSum(acc);
-  for (int64_t i = n8; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-void Axpy(float alpha, const float* x, float* y, int64_t n) {
-  const int64_t n8 = n / 8 * 8;
-  for (int64_t i = 0; i < n8; i += 8) {
-    v8 u, v;
-    std::memcpy(&u, x + i, 32);
-    std::memcpy(&v, y + i, 32);
-    v += alpha * u;
-    std::memcpy(y + i, &v, 32);
+  for (; d < dim; ++d) {
+    float acc = 0.0f;
+    for (int64_t t = 0; t < n; ++t) acc += weights[t] * rows[t * dim + d];
+    out[d] = acc;
   }
-  for (int64_t i = n8; i < n; ++i) y[i] += alpha * x[i];
 }
 
 }  // namespace specloop

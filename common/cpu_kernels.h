@@ -15,10 +15,8 @@ namespace specloop {
 void SmallGemm(const float* x, const float* w, float* out, int64_t M, int64_t K, int64_t O,
                bool accumulate);
 
-// sum_i a[i] * b[i].
-float Dot(const float* a, const float* b, int64_t n);
-
-// y[i] += alpha * x[i].
-void Axpy(float alpha, const float* x, float* y, int64_t n);
+// out[d] = sum_t weights[t] * rows[t * dim + d] for d < dim: attention's value sum, with the
+// accumulators kept in registers across all n rows.
+void WeightedRowSum(const float* weights, const float* rows, int64_t n, int64_t dim, float* out);
 
 }  // namespace specloop

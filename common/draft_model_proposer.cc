@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "common/spec/rrs.h"
+
 #include <c10/core/InferenceMode.h>
 
 namespace specloop {
@@ -18,9 +20,32 @@ void DraftModelProposer::SetDraft(const LlamaModel* draft) {
   draft_ = draft;
   cache_ = draft->NewCache();
   cached_.clear();
+  tree_past_ = -1;
+}
+
+void DraftModelProposer::SettleTree(const std::vector<int>& context) {
+  if (tree_past_ < 0) return;
+  // Walk the tree along the tokens the context accepted after tree_past_; nodes in the cache
+  // are the ones the last level's forward did not skip (all but the deepest level).
+  std::vector<int> path;
+  int node = -1;
+  for (size_t pos = tree_past_; pos < context.size(); ++pos) {
+    int next = -1;
+    for (size_t i = 0; i < tree_.tokens.size(); ++i) {
+      if (tree_.parents[i] == node && tree_.tokens[i] == context[pos]) next = i;
+    }
+    if (next < 0 || tree_past_ + next >= cache_.length()) break;
+    path.push_back(next);
+    node = next;
+  }
+  cache_.KeepPath(tree_past_, path);
+  cached_.resize(tree_past_);
+  for (int i : path) cached_.push_back(tree_.tokens[i]);
+  tree_past_ = -1;
 }
 
 at::Tensor DraftModelProposer::CatchUp(const std::vector<int>& context, size_t* fed) {
+  SettleTree(context);
   size_t keep = 0;
   while (keep < cached_.size() && keep < context.size() && cached_[keep] == context[keep]) ++keep;
   if (keep == context.size()) --keep;  // the last token must be fed to get the next row
@@ -55,6 +80,12 @@ void DraftModelProposer::Propose(const std::vector<int>& context, int max_k, Dra
     const bool steady = fed <= 2;
     if (!steady) t0 = Clock::now();
     int forwards = steady ? 1 : 0;
+    if (!branching_.empty()) {
+      ProposeTree(max_k, logits, out, &forwards);
+      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      last_seconds_ = forwards > 0 ? seconds : -1.0;
+      return;
+    }
     for (int i = 0; i < max_k; ++i) {
       const float* row = logits.data_ptr<float>();
       int token;
@@ -86,6 +117,61 @@ void DraftModelProposer::Propose(const std::vector<int>& context, int max_k, Dra
     const int drafted = out->tokens.size();
     last_seconds_ = forwards > 0 ? seconds * drafted / forwards : (drafted > 0 ? -1.0 : 0.0);
   }
+}
+
+void DraftModelProposer::ProposeTree(int max_k, at::Tensor logits, DraftBlock* out,
+                                     int* forwards) {
+  const int V = draft_->config().vocab_size;
+  const int limit = draft_->config().max_position_embeddings;
+  const bool greedy = sampling_.greedy();
+  const int depth_max = std::min<int>(max_k, branching_.size());
+  tree_past_ = cache_.length();
+  std::vector<int> frontier = {-1};  // nodes whose children are drawn next (-1: the context)
+  std::vector<float> q;
+  std::vector<int> children;
+  for (int depth = 0; depth < depth_max && !frontier.empty(); ++depth) {
+    std::vector<int> level;
+    for (size_t f = 0; f < frontier.size(); ++f) {  // logits row f belongs to frontier[f]
+      const float* row = logits.data_ptr<float>() + f * V;
+      const int fan = branching_[depth];
+      if (greedy) {  // the draft's top tokens, lowest ids on ties
+        children.resize(V);
+        for (int v = 0; v < V; ++v) children[v] = v;
+        std::partial_sort(children.begin(), children.begin() + fan, children.end(),
+                          [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+        children.resize(fan);
+      } else {
+        ProcessedDistribution(row, V, sampling_, &q);
+        if (!spec::SampleWithoutReplacement(fan, V, q.data(), &rng_, &children).ok()) {
+          children.clear();
+        }
+        const size_t r = frontier[f] + 1;  // row of the q these children were drawn from
+        if (out->probs.size() < (r + 1) * V) out->probs.resize((r + 1) * V, 0.0f);
+        std::copy(q.begin(), q.end(), out->probs.begin() + r * V);
+      }
+      for (int c : children) {
+        out->tokens.push_back(c);
+        out->parents.push_back(frontier[f]);
+        level.push_back(out->tokens.size() - 1);
+      }
+    }
+    frontier = level;
+    if (depth + 1 == depth_max || frontier.empty() ||
+        tree_past_ + static_cast<int64_t>(out->tokens.size()) >= limit) {
+      break;
+    }
+    // The new level's distributions: one forward of the whole tree so far (tree attention;
+    // it replaces the previous level's forward in the cache), whose last rows are the level's.
+    cache_.Truncate(tree_past_);
+    ForwardInput in{&cache_, std::vector<int64_t>(out->tokens.begin(), out->tokens.end()), true,
+                    out->parents};
+    logits = draft_->Forward({std::move(in)})
+                 .narrow(0, out->tokens.size() - level.size(), level.size())
+                 .contiguous();
+    ++*forwards;
+  }
+  if (!greedy) out->probs.resize((out->tokens.size() + 1) * V, 0.0f);
+  tree_ = *out;
 }
 
 }  // namespace specloop

@@ -5,6 +5,10 @@
 //
 // Early stop: drafting ends before a token whose own draft probability is below
 // `min_confidence` (the draft expects it to be rejected), so a block may be shorter than asked.
+//
+// Trees (set_tree_branching): depth d of the tree gives each node branching[d] children, drawn
+// from the draft's distribution without replacement (greedy: its top tokens); one batched draft
+// forward per level with tree attention. A block of depth k is asked for with max_k = k.
 #pragma once
 
 #include <vector>
@@ -29,12 +33,25 @@ class DraftModelProposer : public Proposer {
   // Points the proposer at another draft model (hot-swap): the cache is rebuilt on next use.
   void SetDraft(const LlamaModel* draft);
 
+  // Draft trees instead of chains: children per node at each depth (e.g. {3, 2, 1, 1}); empty
+  // for chains. Verification needs a tree-aware verifier (SpeculativeDecoder handles both).
+  void set_tree_branching(std::vector<int> branching) { branching_ = std::move(branching); }
+
  private:
   // Feeds context tokens the cache lacks (after rolling back what the context no longer has)
   // and returns the logits row for the next position; `*fed` = tokens fed.
   at::Tensor CatchUp(const std::vector<int>& context, size_t* fed);
 
+  // Drafts a tree of depth <= max_k from `logits` (the row after the context) into `out`.
+  void ProposeTree(int max_k, at::Tensor logits, DraftBlock* out, int* forwards);
+  // Keeps in the cache only the path of the last tree that the context accepted.
+  void SettleTree(const std::vector<int>& context);
+
   const LlamaModel* draft_;
+  std::vector<int> branching_;
+  // The last tree drafted, while its nodes sit in the cache: slot tree_past_ + i holds node i.
+  DraftBlock tree_;
+  int64_t tree_past_ = -1;
   SamplingParams sampling_;
   float min_confidence_;
   Rng rng_;

@@ -11,6 +11,18 @@ void KVCache::Truncate(int64_t n) {
   length_ = n;
 }
 
+void KVCache::KeepPath(int64_t past, const std::vector<int>& path) {
+  for (size_t m = 0; m < path.size(); ++m) {
+    TORCH_CHECK(past + path[m] < length_ && (m == 0 || path[m] > path[m - 1]) &&
+                    path[m] >= static_cast<int>(m),
+                "KVCache::KeepPath: bad path");
+    if (path[m] == static_cast<int>(m)) continue;  // already in place
+    keys_.narrow(2, past + m, 1).copy_(keys_.narrow(2, past + path[m], 1));
+    values_.narrow(2, past + m, 1).copy_(values_.narrow(2, past + path[m], 1));
+  }
+  Truncate(past + path.size());
+}
+
 void KVCache::Reserve(int64_t n, int64_t limit) {
   if (n <= capacity()) return;
   TORCH_CHECK(n <= limit, "sequence of ", n, " positions exceeds the context limit ", limit);

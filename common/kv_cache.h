@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -23,6 +24,11 @@ class KVCache {
 
   // REQUIRES: 0 <= n <= length().
   void Truncate(int64_t n);
+
+  // After a tree forward at `past`: keeps slots past + path[0], past + path[1], ... (a
+  // root-to-node path, in order) as positions past, past + 1, ... and drops the rest.
+  // REQUIRES: path indices increasing and past + path.back() < length().
+  void KeepPath(int64_t past, const std::vector<int>& path);
 
  private:
   friend class LlamaModel;

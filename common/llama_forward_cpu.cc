@@ -66,7 +66,10 @@ at::Tensor LlamaModel::ForwardSmallCpu(const std::vector<ForwardInput>& batch) c
   for (int64_t r = 0; r < N; ++r) std::memcpy(xp + r * Dm, emb + f.ids[r] * Dm, Dm * sizeof(float));
   const float* cosp = rope_cos_.data_ptr<float>();  // [P, 2, half]: cos twice
   const float* sinp = rope_sin_.data_ptr<float>();  // [P, 2, half]: -sin, then sin
-  std::vector<float> scores(c.max_position_embeddings);
+  int64_t max_new = 0;
+  for (int64_t n : f.lengths) max_new = std::max(max_new, n);
+  std::vector<float> qblock(G * max_new * D);                            // [G * n, D]
+  std::vector<float> scores(G * max_new * c.max_position_embeddings);   // [G * n, T]
 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& L = layers_[l];
@@ -101,25 +104,37 @@ at::Tensor LlamaModel::ForwardSmallCpu(const std::vector<ForwardInput>& batch) c
           std::memcpy(vc + (kv * cap + pos) * D, qr + (H + KVH + kv) * D, D * sizeof(float));
         }
       }
-      // Causal attention: the query at position pos sees cache positions [0, pos].
-      for (int64_t i = 0; i < f.lengths[s]; ++i) {
-        const float* qr = qkvp + (f.starts[s] + i) * row;
-        float* out = ap + (f.starts[s] + i) * H * D;
-        const int64_t T = f.past[s] + i + 1;
-        for (int64_t hq = 0; hq < H; ++hq) {
-          const float* q = qr + hq * D;
-          const float* K = kc + (hq / G) * cap * D;
-          const float* V = vc + (hq / G) * cap * D;
-          float mx = -INFINITY;
-          for (int64_t t = 0; t < T; ++t) {
-            scores[t] = Dot(q, K + t * D, D) * scale;
-            mx = std::max(mx, scores[t]);
+      // Causal attention: the query at position pos sees cache positions [0, pos]. The G query
+      // heads of a key/value head and the sequence's n new positions form one [G * n, D]
+      // block, scored against the cached keys in one SmallGemm.
+      const int64_t n = f.lengths[s], T = f.past[s] + n;
+      for (int64_t kv = 0; kv < KVH; ++kv) {
+        for (int64_t g = 0; g < G; ++g) {
+          for (int64_t i = 0; i < n; ++i) {
+            std::memcpy(qblock.data() + (g * n + i) * D,
+                        qkvp + (f.starts[s] + i) * row + (kv * G + g) * D, D * sizeof(float));
           }
-          float sum = 0.0f;
-          for (int64_t t = 0; t < T; ++t) sum += (scores[t] = std::exp(scores[t] - mx));
-          float* o = out + hq * D;
-          std::fill(o, o + D, 0.0f);
-          for (int64_t t = 0; t < T; ++t) Axpy(scores[t] / sum, V + t * D, o, D);
+        }
+        SmallGemm(qblock.data(), kc + kv * cap * D, scores.data(), G * n, D, T, false);
+        for (int64_t g = 0; g < G; ++g) {
+          for (int64_t i = 0; i < n; ++i) {
+            float* sr = scores.data() + (g * n + i) * T;
+            const int64_t Ti = f.past[s] + i + 1;  // visible positions (a tree masks more)
+            if (!f.visible[s].empty()) {
+              const char* seen = f.visible[s].data() + i * n;
+              for (int64_t j = 0; j <= i; ++j) {
+                if (!seen[j]) sr[f.past[s] + j] = -INFINITY;
+              }
+            }
+            float mx = -INFINITY;
+            for (int64_t t = 0; t < Ti; ++t) mx = std::max(mx, sr[t] *= scale);
+            float sum = 0.0f;
+            for (int64_t t = 0; t < Ti; ++t) sum += (sr[t] = std::exp(sr[t] - mx));
+            const float inv = 1.0f / sum;
+            for (int64_t t = 0; t < Ti; ++t) sr[t] *= inv;
+            WeightedRowSum(sr, vc + kv * cap * D, Ti, D,
+                           ap + (f.starts[s] + i) * H * D + (kv * G + g) * D);
+          }
         }
       }
     }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
@@ -178,12 +179,28 @@ LlamaModel::FlatBatch LlamaModel::Flatten(const std::vector<ForwardInput>& batch
     f.starts.push_back(f.ids.size());
     f.lengths.push_back(n);
     f.past.push_back(L0);
+    // Tree inputs: depth of each token and which new tokens it sees (its ancestors and itself).
+    std::vector<int64_t> depth(n);  // a chain: token i at depth i
+    std::iota(depth.begin(), depth.end(), 0);
+    std::vector<char> visible;
+    if (!in.parents.empty()) {
+      TORCH_CHECK(static_cast<int64_t>(in.parents.size()) == n, "parents must match tokens");
+      visible.assign(n * n, 0);
+      for (int64_t i = 0; i < n; ++i) {
+        const int p = in.parents[i];
+        TORCH_CHECK(p >= -1 && p < i, "parents[", i, "] = ", p, " is not an earlier token");
+        depth[i] = p < 0 ? 0 : depth[p] + 1;
+        if (p >= 0) std::copy_n(visible.begin() + p * n, n, visible.begin() + i * n);
+        visible[i * n + i] = 1;
+      }
+    }
+    f.visible.push_back(std::move(visible));
     for (int64_t i = 0; i < n; ++i) {
       TORCH_CHECK(in.tokens[i] >= 0 && in.tokens[i] < config_.vocab_size, "token id ",
                   in.tokens[i], " outside the vocabulary of ", config_.vocab_size);
       if (in.all_logits || i == n - 1) f.out_rows.push_back(f.ids.size());
       f.ids.push_back(in.tokens[i]);
-      f.positions.push_back(L0 + i);
+      f.positions.push_back(L0 + depth[i]);
     }
   }
   // Only now, with every input checked, grow the caches.
@@ -214,14 +231,22 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const
   at::Tensor cos = rope_cos_.index_select(0, pos).unsqueeze(1);  // [N, 1, 2, D/2]
   at::Tensor sin = rope_sin_.index_select(0, pos).unsqueeze(1);
 
-  // Causal masks for inputs of more than one new token, shared by all layers.
+  // Causal (or tree) masks for inputs of more than one new token, shared by all layers.
   std::vector<at::Tensor> masks(batch.size());
   for (size_t b = 0; b < batch.size(); ++b) {
     if (lengths[b] == 1) continue;
     const int64_t n = lengths[b], T = past[b] + n;
-    masks[b] = at::full({n, T}, -std::numeric_limits<float>::infinity(), embed_.options())
-                   .triu(past[b] + 1)
-                   .repeat({G, 1});  // rows ordered (group, position), as the queries below
+    at::Tensor mask;
+    if (f.visible[b].empty()) {
+      mask = at::full({n, T}, -std::numeric_limits<float>::infinity(), embed_.options())
+                 .triu(past[b] + 1);
+    } else {
+      at::Tensor seen = at::from_blob(f.visible[b].data(), {n, n}, at::kChar).to(at::kBool);
+      mask = at::zeros({n, T}, embed_.options());
+      mask.narrow(1, past[b], n).masked_fill_(seen.logical_not().to(device()),
+                                               -std::numeric_limits<float>::infinity());
+    }
+    masks[b] = mask.repeat({G, 1});  // rows ordered (group, position), as the queries below
   }
 
   at::Tensor x = embed_.index_select(0, tok);  // [N, hidden]

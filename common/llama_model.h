@@ -34,6 +34,12 @@ struct ForwardInput {
   KVCache* cache = nullptr;     // positions [0, cache->length()) are already processed
   std::vector<int64_t> tokens;  // new tokens, at positions cache->length(), ... ; non-empty
   bool all_logits = false;      // logits for every new position, or only for the last
+  // A tree of new tokens instead of a chain (speculative token trees): parents[i] is the index
+  // of token i's parent among the new tokens, or -1 for a child of the cache's last position;
+  // REQUIRES parents[i] < i. Token i takes cache slot length() + i, sits at position
+  // length() + depth(i), and attends to the cache and its own ancestors only. Empty: a chain.
+  // Afterwards KVCache::KeepPath() keeps one root-to-node path of the tree.
+  std::vector<int> parents;
 };
 
 class LlamaModel {
@@ -82,6 +88,8 @@ class LlamaModel {
     std::vector<int64_t> ids, positions;  // [N]: every new token and its position
     std::vector<int64_t> starts, lengths, past;  // per input: first row, new tokens, cached
     std::vector<int64_t> out_rows;        // rows whose logits are returned
+    // [input]: visible[i * n + j] for new tokens i, j of a tree input; empty for chains.
+    std::vector<std::vector<char>> visible;
   };
   // Checks token ids and limits (throws c10::Error, leaving caches unchanged) and makes room
   // in every cache.

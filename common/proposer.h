@@ -9,14 +9,22 @@
 
 namespace specloop {
 
-// A block of draft tokens for one sequence.
+// A block of draft tokens for one sequence: a chain, or a tree of candidates.
 struct DraftBlock {
-  std::vector<int> tokens;   // [k] proposed continuation, k may be 0
-  // [k, vocab] row-major: q_i, the processed distribution tokens[i] was drawn from. Empty under
-  // greedy decoding, where verification needs no q.
+  std::vector<int> tokens;   // [k] proposed tokens, k may be 0
+  // Tree drafts: parents[i] is the index of token i's parent, -1 for a child of the context's
+  // last token; REQUIRES parents[i] < i, and siblings distinct (drawn without replacement).
+  // Empty: a chain (parents[i] = i - 1).
+  std::vector<int> parents;
+  // Row-major [rows, vocab]: row r is the processed draft distribution the children of node
+  // r - 1 were drawn from (row 0: the children of the context's last token). A chain has k
+  // rows (row i: q of tokens[i]); a tree has k + 1 (rows of childless nodes unused). Empty
+  // under greedy decoding, where verification needs no q.
   std::vector<float> probs;
+  bool is_tree() const { return !parents.empty(); }
   void Clear() {
     tokens.clear();
+    parents.clear();
     probs.clear();
   }
 };

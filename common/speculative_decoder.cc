@@ -5,6 +5,8 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include "common/spec/rrs.h"
+
 
 namespace specloop {
 
@@ -29,7 +31,8 @@ SpeculativeDecoder::SpeculativeDecoder(const LlamaModel* target, Proposer* propo
       cache_(target->NewCache(prompt.size() + options.max_tokens + 16)),
       tokens_(std::move(prompt)),
       prompt_len_(tokens_.size()),
-      verifier_(&spec::VerifyChain) {
+      verifier_(&spec::VerifyChain),
+      multi_verifier_(&spec::VerifyRecursiveRejection) {
   c10::InferenceMode guard;
   TORCH_CHECK(!tokens_.empty(), "empty prompt");
   finished_ = options_.max_tokens <= 0;
@@ -51,22 +54,95 @@ void SpeculativeDecoder::Propose(int k) {
   k = std::max(0, std::min(k, limit - static_cast<int>(cached_.size()) - 1));
   last_k_ = k;
   proposer_->Propose(tokens_, k, &draft_);
-  if (static_cast<int>(draft_.tokens.size()) > k) draft_.tokens.resize(k);  // defensive
+  // A block that would not fit the context (a tree's nodes, or a proposer overshooting k) is
+  // dropped: the step decodes plainly.
+  const int64_t room = limit - static_cast<int64_t>(tokens_.size());  // cache slots left
+  const int64_t n = draft_.tokens.size();
+  if (n > room || (!draft_.is_tree() && n > k)) {
+    draft_.Clear();
+  }
 }
 
 ForwardInput SpeculativeDecoder::TargetInput() {
-  std::vector<int64_t> feed(tokens_.begin() + cached_.size(), tokens_.end());
-  feed.insert(feed.end(), draft_.tokens.begin(), draft_.tokens.end());
-  return {&cache_, std::move(feed), true};
+  ForwardInput in{&cache_, std::vector<int64_t>(tokens_.begin() + cached_.size(), tokens_.end()),
+                  true};
+  const int c = in.tokens.size();  // catch-up tokens: the pending one, after a prompt more
+  in.tokens.insert(in.tokens.end(), draft_.tokens.begin(), draft_.tokens.end());
+  if (draft_.is_tree()) {
+    for (int j = 0; j < c; ++j) in.parents.push_back(j - 1);
+    for (int p : draft_.parents) in.parents.push_back(p < 0 ? c - 1 : c + p);
+  }
+  return in;
+}
+
+void SpeculativeDecoder::VerifyTree(const at::Tensor& logits, spec::ChainOutcome* outcome,
+                                    std::vector<int>* path) {
+  const int V = target_->config().vocab_size;
+  const int k = draft_.tokens.size();
+  const int c = logits.size(0) - k;  // catch-up rows come first; row c - 1: the pending token
+  at::Tensor rows = logits.contiguous();
+  const float* r = rows.data_ptr<float>();
+  outcome->tokens.clear();
+  outcome->num_accepted = 0;
+  for (int j = 0; j < c; ++j) path->push_back(j);
+  std::vector<int> children, drafts;
+  std::vector<float> p;
+  for (int node = -1, row = c - 1;;) {
+    children.clear();
+    drafts.clear();
+    for (int i = 0; i < k; ++i) {
+      if (draft_.parents[i] == node) {
+        children.push_back(i);
+        drafts.push_back(draft_.tokens[i]);
+      }
+    }
+    const float* logits_row = r + static_cast<size_t>(row) * V;
+    int accepted = -1, token;
+    if (options_.sampling.greedy()) {
+      token = Argmax(logits_row, V);
+      for (size_t j = 0; j < drafts.size(); ++j) {
+        if (drafts[j] == token) accepted = j;
+      }
+    } else {
+      ProcessedDistribution(logits_row, V, options_.sampling, &p);
+      if (children.empty()) {  // a leaf: the bonus token
+        token = SampleFrom(p.data(), V, &rng_);
+      } else {
+        spec::MultiDraftOutcome m;
+        const float* q = draft_.probs.data() + static_cast<size_t>(node + 1) * V;
+        Status s = multi_verifier_(V, drafts, q, p.data(), &rng_, &m);
+        TORCH_CHECK(s.ok(), "tree verification failed: ", s.ToString());
+        token = m.token;
+        accepted = m.accepted_index;
+      }
+    }
+    outcome->tokens.push_back(token);
+    if (accepted < 0) return;
+    node = children[accepted];
+    row = c + node;
+    path->push_back(c + node);
+    outcome->num_accepted++;
+  }
 }
 
 std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
   const int V = target_->config().vocab_size;
   const int k = static_cast<int>(draft_.tokens.size());
+  spec::ChainOutcome outcome;
+  const size_t before = tokens_.size();
+  if (draft_.is_tree()) {
+    // Keep the catch-up tokens and the accepted path in the cache, in order.
+    std::vector<int> path;
+    VerifyTree(logits, &outcome, &path);
+    const int64_t past = cached_.size();
+    cache_.KeepPath(past, path);
+    cached_.insert(cached_.end(), tokens_.begin() + cached_.size(), tokens_.end());
+    for (size_t j = 0; j + 1 < outcome.tokens.size(); ++j) cached_.push_back(outcome.tokens[j]);
+    return Emit(outcome, k, before);
+  }
   // The rows that matter: the last k + 1 (earlier ones, if any, scored catch-up tokens).
   at::Tensor rows = logits.narrow(0, logits.size(0) - (k + 1), k + 1).contiguous();
   const float* r = rows.data_ptr<float>();
-  spec::ChainOutcome outcome;
   Status s;
   if (options_.sampling.greedy()) {
     s = spec::VerifyChainGreedy(k, V, draft_.tokens.data(), r, &outcome);
@@ -82,17 +158,25 @@ std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
   TORCH_CHECK(s.ok(), "verification failed: ", s.ToString());
 
   // What the target's cache now holds: the catch-up tokens and the whole draft block.
-  const size_t before = tokens_.size();
   cached_.insert(cached_.end(), tokens_.begin() + cached_.size(), tokens_.end());
   cached_.insert(cached_.end(), draft_.tokens.begin(), draft_.tokens.end());
+  return Emit(outcome, k, before);
+}
 
+std::vector<int> SpeculativeDecoder::Emit(const spec::ChainOutcome& outcome, int k,
+                                          size_t before) {
   last_accepted_ = outcome.num_accepted;
   stats_.steps++;
   stats_.drafted += k;
   stats_.accepted += outcome.num_accepted;
   stats_.emitted += outcome.tokens.size();
   stats_.k_sum += last_k_;
-  if (static_cast<int>(stats_.accepted_at.size()) < k) stats_.accepted_at.resize(k);
+  if (stats_.accepted_at.size() < static_cast<size_t>(outcome.num_accepted)) {
+    stats_.accepted_at.resize(outcome.num_accepted);
+  }
+  if (!draft_.is_tree() && static_cast<int>(stats_.accepted_at.size()) < k) {
+    stats_.accepted_at.resize(k);
+  }
   for (int i = 0; i < outcome.num_accepted; ++i) stats_.accepted_at[i]++;
 
   // Emit, cutting at EOS, max_tokens and the context limit.

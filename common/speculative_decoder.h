@@ -19,6 +19,7 @@
 #include "common/llama_model.h"
 #include "common/proposer.h"
 #include "common/spec/chain_verify.h"
+#include "common/spec/multi_draft.h"
 #include "common/speculation_policy.h"
 
 namespace specloop {
@@ -61,15 +62,31 @@ class SpeculativeDecoder {
                                    const float* draft_probs, const float* target_probs, Rng* rng,
                                    spec::ChainOutcome* out);
   void set_verifier_for_testing(ChainVerifier v) { verifier_ = v; }
+  // The tree's per-node verifier (default spec::VerifyRecursiveRejection), likewise.
+  using MultiDraftVerifier = Status (*)(int vocab, const std::vector<int>& drafts,
+                                        const float* draft_probs, const float* target_probs,
+                                        Rng* rng, spec::MultiDraftOutcome* out);
+  void set_multi_draft_verifier_for_testing(MultiDraftVerifier v) { multi_verifier_ = v; }
 
   // REQUIRES: !finished(). k is capped by the context left.
   void Propose(int k);
   ForwardInput TargetInput();
-  // `rows`: [k + 1, vocab] float32 CPU logits, this sequence's rows of the forward of
-  // TargetInput(). Returns the tokens emitted by this step (after EOS / max_tokens cuts).
+  // `rows`: float32 CPU logits, this sequence's rows of the forward of TargetInput() (all of
+  // them, or at least the last k + 1 for a chain). Returns the tokens emitted by this step
+  // (after EOS / max_tokens cuts). Tree drafts are verified node by node from the pending
+  // token down: each node's children by recursive rejection sampling without replacement
+  // (greedy: the child equal to the target's argmax), the first miss emitting a recovered
+  // token, a leaf a bonus token.
   std::vector<int> Commit(const at::Tensor& rows);
 
  private:
+  // Tree verification: the outcome, and the new tokens of the forward (catch-up first) whose
+  // keys and values stay in the cache.
+  void VerifyTree(const at::Tensor& logits, spec::ChainOutcome* outcome, std::vector<int>* path);
+  // Records stats and appends the outcome's tokens (cut at EOS, max_tokens, the context limit);
+  // rolls the cache back to what the committed tokens keep. `before`: tokens_.size() before.
+  std::vector<int> Emit(const spec::ChainOutcome& outcome, int k, size_t before);
+
   const LlamaModel* target_;
   Proposer* proposer_;
   GenerateOptions options_;
@@ -85,6 +102,7 @@ class SpeculativeDecoder {
   int last_k_ = 0;
   int last_accepted_ = 0;
   ChainVerifier verifier_;
+  MultiDraftVerifier multi_verifier_;
 };
 
 struct SpeculativeOptions {

@@ -1,5 +1,6 @@
 // `specloop generate`: decoding from the command line.
 #include <iostream>
+#include <sstream>
 
 #include "common/threads.h"
 #include <nlohmann/json.hpp>
@@ -17,7 +18,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model, prompt, device = "cpu";
-  std::string draft, k = "4", draft_mode = "chain";
+  std::string draft, k = "4", draft_mode = "chain", tree = "2,2,1,1";
   bool prompt_lookup = false;
   float min_confidence = 0.0f;
   int max_tokens = 128, top_k = 0, threads = 1;
@@ -70,6 +71,18 @@ int RunGenerate(const GenerateArgs& a) {
     }
     model_proposer =
         std::make_unique<DraftModelProposer>(draft.get(), opt.sampling, a.min_confidence);
+    if (a.draft_mode == "tree") {
+      std::vector<int> branching;
+      std::stringstream ss(a.tree);
+      for (std::string item; std::getline(ss, item, ',');) {
+        branching.push_back(std::atoi(item.c_str()));
+        if (branching.back() < 1 || branching.back() > 16) {
+          std::cerr << "specloop generate: --tree takes branching factors in [1, 16]\n";
+          return 2;
+        }
+      }
+      static_cast<DraftModelProposer*>(model_proposer.get())->set_tree_branching(branching);
+    }
     proposer = model_proposer.get();
   }
   if (a.prompt_lookup) {
@@ -149,8 +162,11 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", a->threads, "intra-op threads")->capture_default_str();
   cmd->add_option("--draft", a->draft, "draft model directory: speculative decoding");
   cmd->add_option("--k", a->k, "draft tokens per step: a number, or auto")->capture_default_str();
-  cmd->add_option("--draft-mode", a->draft_mode, "chain")
-      ->check(CLI::IsMember({"chain"}))
+  cmd->add_option("--draft-mode", a->draft_mode, "chain or tree (a tree of candidates per step)")
+      ->check(CLI::IsMember({"chain", "tree"}))
+      ->capture_default_str();
+  cmd->add_option("--tree", a->tree,
+                  "tree mode: children per node at each depth; --k caps the depth")
       ->capture_default_str();
   cmd->add_flag("--prompt-lookup", a->prompt_lookup,
                 "draft by n-gram match against the context (with --draft: the draft model where no n-gram matches)");

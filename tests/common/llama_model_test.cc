@@ -202,3 +202,57 @@ TEST(LlamaModel, OutOfVocabularyTokenIsRefused) {
 
 }  // namespace
 }  // namespace specloop
+
+namespace specloop {
+namespace {
+
+// A tree of new tokens scores each node exactly as a chain forward of its root-to-node path.
+TEST(LlamaModelTree, TreeAttentionMatchesEachPath) {
+  c10::InferenceMode guard;
+  auto m = testing::RandomModel(testing::TinyConfig(), 31);
+  const std::vector<int64_t> prefix = RandomTokens(9, m->config().vocab_size, 32);
+  //        -1
+  //      /    \
+  //     0      1
+  //    / \     |
+  //   2   3    4
+  //   |
+  //   5
+  const std::vector<int> parents = {-1, -1, 0, 0, 1, 2};
+  const std::vector<int64_t> tokens = {11, 12, 13, 14, 15, 16};
+  for (bool small : {true, false}) {
+    m->set_use_small_cpu_path(small);
+    KVCache cache = m->NewCache();
+    m->Forward({{&cache, prefix, false}});
+    ForwardInput in{&cache, tokens, true, parents};
+    at::Tensor tree = m->Forward({in});
+    ASSERT_EQ(tree.size(0), 6);
+    for (int i = 0; i < 6; ++i) {
+      std::vector<int64_t> path;
+      for (int j = i; j >= 0; j = parents[j]) path.insert(path.begin(), tokens[j]);
+      std::vector<int64_t> seq = prefix;
+      seq.insert(seq.end(), path.begin(), path.end());
+      at::Tensor expected = FullForward(*m, seq)[seq.size() - 1];
+      EXPECT_LT((tree[i] - expected).abs().max().item<double>(), kTol) << "node " << i;
+    }
+    // Keeping the path 0 -> 2 -> 5 leaves the cache as if that chain had been decoded.
+    cache.KeepPath(prefix.size(), {0, 2, 5});
+    EXPECT_EQ(cache.length(), 12);
+    at::Tensor next = m->Forward({{&cache, {17}, false}});
+    std::vector<int64_t> seq = prefix;
+    seq.insert(seq.end(), {11, 13, 16, 17});
+    EXPECT_LT((next[0] - FullForward(*m, seq)[seq.size() - 1]).abs().max().item<double>(), kTol);
+  }
+}
+
+TEST(LlamaModelTree, BadParentsAreRefused) {
+  c10::InferenceMode guard;
+  auto m = testing::RandomModel(testing::TinyConfig(), 33);
+  KVCache cache = m->NewCache();
+  EXPECT_THROW(m->Forward({{&cache, {1, 2}, true, {-1, 1}}}), c10::Error);  // not earlier
+  EXPECT_THROW(m->Forward({{&cache, {1, 2}, true, {-1}}}), c10::Error);     // size mismatch
+  EXPECT_EQ(cache.length(), 0);
+}
+
+}  // namespace
+}  // namespace specloop

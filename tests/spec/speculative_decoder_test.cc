@@ -56,17 +56,20 @@ TEST(SpeculativeDecoder, GreedyEqualsPlainGreedyOnEveryDomain) {
     for (const char* domain : {"prose", "python", "c", "legal", "docs"}) {
       for (const auto& prompt : Prompts(*tok, domain, 2)) {
         const std::vector<int> plain = GeneratePlain(*target, prompt, g).tokens;
-        // Fixed k, adaptive k, and prompt lookup falling back to the draft.
         DraftModelProposer model(draft.get(), g.sampling);
+        DraftModelProposer tree(draft.get(), g.sampling);
+        tree.set_tree_branching({3, 2, 1});
         PromptLookupProposer lookup(4096, true);
         FallbackProposer both(&lookup, &model);
         SpeculationPolicy policy;
-        for (int mode = 0; mode < 3; ++mode) {
+        // Modes: fixed k, adaptive k, prompt lookup falling back to the draft, a token tree.
+        for (int mode = 0; mode < 4; ++mode) {
           SpeculativeOptions o;
           o.generate = g;
           o.k = 5;
           if (mode == 1) o.policy = &policy;
           Proposer* p = mode == 2 ? static_cast<Proposer*>(&both) : &model;
+          if (mode == 3) p = &tree;
           SpeculativeStats stats;
           EXPECT_EQ(GenerateSpeculative(*target, p, prompt, o, &stats).tokens, plain)
               << draft_name << " " << domain << " mode " << mode;
@@ -105,6 +108,26 @@ Status AcceptWithQOverP(int k, int vocab, const int* draft, const float* q, cons
   return Status::OK();
 }
 
+// A wrong multi-draft verifier: tests each candidate against the original p and q, never
+// moving to the residual distribution between candidates.
+Status NoResidualUpdate(int vocab, const std::vector<int>& drafts, const float* q, const float* p,
+                        Rng* rng, spec::MultiDraftOutcome* out) {
+  for (size_t j = 0; j < drafts.size(); ++j) {
+    const int x = drafts[j];
+    if (rng->Uniform() * q[x] < p[x]) {
+      out->token = x;
+      out->accepted_index = j;
+      return Status::OK();
+    }
+  }
+  std::vector<float> residual(vocab);
+  float mass = 0;
+  for (int v = 0; v < vocab; ++v) mass += residual[v] = std::max(0.0f, p[v] - q[v]);
+  out->token = SampleFrom(mass > 0 ? residual.data() : p, vocab, rng);
+  out->accepted_index = -1;
+  return Status::OK();
+}
+
 // Exact law of the first `len` generated tokens under the target's processed distributions.
 std::vector<double> ExactSequenceLaw(const LlamaModel& m, const std::vector<int>& prompt, int len,
                                      const SamplingParams& sp) {
@@ -138,6 +161,7 @@ struct ExactnessCase {
   int draft_seed;  // 0: the draft is the target itself (q = p)
   bool prompt_lookup;
   bool wrong_verifier;
+  bool tree = false;  // a token tree with 2 children per node, depth 2
 };
 
 class SpeculativeExactness : public ::testing::TestWithParam<ExactnessCase> {};
@@ -168,10 +192,12 @@ TEST_P(SpeculativeExactness, SequenceLawEqualsTargetLaw) {
     g.sampling = sp;
     g.sampling.seed = 1000 + t;
     DraftModelProposer model(draft, g.sampling);
+    if (c.tree) model.set_tree_branching({2, 2});
     PromptLookupProposer lookup(5, false, 1, 2);
     Proposer* p = c.prompt_lookup ? static_cast<Proposer*>(&lookup) : &model;
     SpeculativeDecoder dec(target.get(), p, prompt, g);
-    if (c.wrong_verifier) dec.set_verifier_for_testing(&AcceptWithQOverP);
+    if (c.wrong_verifier && !c.tree) dec.set_verifier_for_testing(&AcceptWithQOverP);
+    if (c.wrong_verifier && c.tree) dec.set_multi_draft_verifier_for_testing(&NoResidualUpdate);
     while (!dec.finished()) {
       dec.Propose(2);
       dec.Commit(target->Forward({dec.TargetInput()}));
@@ -190,7 +216,7 @@ TEST_P(SpeculativeExactness, SequenceLawEqualsTargetLaw) {
   }
   // The case exercised what it claims to.
   EXPECT_GT(drafted, trials);
-  if (c.draft_seed == 0 && !c.prompt_lookup) {
+  if (c.draft_seed == 0 && !c.prompt_lookup && !c.tree) {
     EXPECT_EQ(accepted, drafted);  // q = p: every draft token is accepted
   } else {
     EXPECT_LT(accepted, drafted);
@@ -203,7 +229,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ExactnessCase{"DraftModel", 202, false, false},
                       ExactnessCase{"DraftIsTarget", 0, false, false},
                       ExactnessCase{"PromptLookup", 202, true, false},
-                      ExactnessCase{"WrongVerifierIsCaught", 202, false, true}),
+                      ExactnessCase{"WrongVerifierIsCaught", 202, false, true},
+                      ExactnessCase{"Tree", 202, false, false, true},
+                      ExactnessCase{"TreeDraftIsTarget", 0, false, false, true},
+                      ExactnessCase{"WrongTreeVerifierIsCaught", 202, false, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(SpeculativeDecoder, StatsAddUp) {
