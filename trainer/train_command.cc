@@ -35,7 +35,7 @@ void OnSignal(int) { g_stop.store(true); }
 
 struct TrainArgs {
   trainer::TrainerOptions t;
-  std::string objective = "fkl";
+  std::string objective = "jsd:0.5";
   bool offline = false, force = false;
   int epochs = 1, threads = 1;
   std::string pub = "tcp://127.0.0.1:5557", router = "tcp://127.0.0.1:5558";

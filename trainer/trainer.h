@@ -51,8 +51,8 @@ struct TrainerOptions {
   std::string draft_dir;                 // initial draft, used when no checkpoint exists
   std::vector<std::string> buffer_dirs;  // replay buffers, opened as RocksDB secondaries
   std::string checkpoint_dir;
-  // Default: fkl (the objective comparison in trainer/README.md picks it).
-  ObjectiveSpec objective;
+  // Default: jsd:0.5, the best of the objective comparison in trainer/README.md.
+  ObjectiveSpec objective{Objective::kJsd, 0.5};
   AdamWOptions adamw;
   int batch_records = 8;              // records per optimizer step. Default: 8.
   int warmup_steps = 20;              // linear learning-rate warm-up. Default: 20.

@@ -106,7 +106,7 @@ TEST_F(TrainerLoopTest, OfflineDistillationRaisesHeldOutAlphaOfEveryDomain) {
   EXPECT_EQ(meta["sha256"], sha);
   EXPECT_EQ(meta["version"], 1);
   EXPECT_EQ(meta["parent"], 0);
-  EXPECT_EQ(meta["objective"], "fkl");
+  EXPECT_EQ(meta["objective"], "jsd:0.5");
   EXPECT_NEAR(meta["alpha_after"]["python"].get<double>(), r.candidate.domains["python"].logged,
               1e-12);
   ASSERT_TRUE(ReadFileToString(ckpt.Sub("latest"), &text).ok());
