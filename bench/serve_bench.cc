@@ -1,0 +1,192 @@
+// Serving benchmark (issue 6), one run: the whole stack in-process (HttpServer + Scheduler +
+// SampleLogger on target-6m / draft-mix-1m) over loopback HTTP, closed-loop clients at
+// concurrency 1, 4 and 16, each sending completions (prompts from every domain, sampled at
+// temperature 0.8) back to back. Three modes: speculation auto with logging, speculation off
+// (k = 0) with logging, and auto with logging off. Reports throughput (generated tokens/s over
+// the run's wall time) and p50/p99 request latency, medians over --reps runs, plus the ratios
+// auto/off and logging overhead. JSON lines {"name", "params", "value", "unit"}.
+// Usage: serve_bench [--shared DIR] [--reps N] [--requests N] [--tokens N]
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "buffer/replay_logger.h"
+#include "common/threads.h"
+#include "serve/http_server.h"
+#include "serve/sample_logger.h"
+
+namespace specloop {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double Percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+}
+
+void Emit(const std::string& name, const json& params, double value, const std::string& unit) {
+  std::cout << json{{"name", name}, {"params", params}, {"value", value}, {"unit", unit}}.dump()
+            << std::endl;
+}
+
+struct Mode {
+  std::string name;
+  int k;     // -1 auto, 0 off
+  bool log;
+};
+
+struct RunResult {
+  double tokens_per_second, p50, p99;
+};
+
+// One stack, `concurrency` clients, `requests` requests per client.
+RunResult RunOnce(const std::string& shared, const Mode& mode, int concurrency, int requests,
+                  int tokens, const std::vector<std::pair<std::string, std::string>>& prompts) {
+  const std::string target_dir = shared + "/models/target-6m";
+  std::unique_ptr<LlamaModel> target, draft;
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!LlamaModel::Load(target_dir, {}, &target).ok() ||
+      !LlamaModel::Load(shared + "/models/draft-mix-1m", {}, &draft).ok() ||
+      !Tokenizer::Load(target_dir, &tokenizer).ok()) {
+    std::cerr << "serve_bench: cannot load the fixture models under " << shared << "\n";
+    std::exit(1);
+  }
+  std::unique_ptr<ServingMetrics> metrics;
+  (void)ServingMetrics::Create(ServingMetricsOptions(), &metrics);
+  std::string buffer_dir;
+  std::unique_ptr<ReplayLogger> logger;
+  std::unique_ptr<SampleLogger> sample_logger;
+  if (mode.log) {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "specloop-serve-bench-XXXXXX").string();
+    buffer_dir = mkdtemp(tmpl.data());
+    if (!ReplayLogger::Open(BufferOptions(), LoggerOptions(), buffer_dir, &logger).ok()) {
+      std::cerr << "serve_bench: cannot open a buffer in " << buffer_dir << "\n";
+      std::exit(1);
+    }
+    sample_logger = std::make_unique<SampleLogger>(logger.get(), SampleLoggerOptions());
+  }
+  SchedulerOptions so;
+  so.k = mode.k;
+  Scheduler scheduler(target.get(), std::move(draft), tokenizer.get(), metrics.get(),
+                      sample_logger.get(), so);
+  (void)scheduler.Start();
+  HttpServerOptions ho;
+  ho.port = 0;
+  ho.model_name = "target-6m";
+  HttpServer server(ho, &scheduler, metrics.get(), tokenizer.get(), &target->config(),
+                    logger.get(), sample_logger.get());
+  int port = 0;
+  (void)server.Bind(&port);
+  std::thread server_thread([&] { (void)server.Run(); });
+
+  std::vector<std::vector<double>> latencies(concurrency);
+  std::vector<int64_t> generated(concurrency, 0);
+  const auto t0 = Clock::now();
+  std::vector<std::thread> clients;
+  for (int c = 0; c < concurrency; ++c) {
+    clients.emplace_back([&, c] {
+      httplib::Client cli("127.0.0.1", port);
+      cli.set_read_timeout(300, 0);
+      for (int r = 0; r < requests; ++r) {
+        const auto& [domain, prompt] = prompts[(c * requests + r) % prompts.size()];
+        json req = {{"prompt", prompt}, {"max_tokens", tokens}, {"temperature", 0.8},
+                    {"seed", c * 1000 + r}, {"domain", domain}, {"ignore_eos", true}};
+        const auto r0 = Clock::now();
+        auto res = cli.Post("/v1/completions", req.dump(), "application/json");
+        latencies[c].push_back(std::chrono::duration<double>(Clock::now() - r0).count());
+        if (res && res->status == 200) {
+          generated[c] += json::parse(res->body)["usage"]["completion_tokens"].get<int64_t>();
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  server.Stop();
+  server_thread.join();
+  scheduler.Stop();
+  sample_logger.reset();
+  if (logger) (void)logger->Close();
+  if (!buffer_dir.empty()) std::filesystem::remove_all(buffer_dir);
+
+  std::vector<double> all;
+  int64_t total = 0;
+  for (int c = 0; c < concurrency; ++c) {
+    all.insert(all.end(), latencies[c].begin(), latencies[c].end());
+    total += generated[c];
+  }
+  return {total / wall, Percentile(all, 0.5), Percentile(all, 0.99)};
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+}  // namespace specloop
+
+int main(int argc, char** argv) {
+  using namespace specloop;
+  std::string shared = SPECLOOP_SHARED_DIR;
+  int reps = 3, requests = 0, tokens = 64;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--shared")) shared = argv[i + 1];
+    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--requests")) requests = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
+  }
+  SetComputeThreads(1);
+  std::vector<std::pair<std::string, std::string>> prompts;
+  for (const std::string domain : {"prose", "python", "c", "legal", "docs"}) {
+    std::ifstream in(shared + "/prompts/" + domain + ".jsonl");
+    std::string line;
+    for (int n = 0; n < 8 && std::getline(in, line); ++n) {
+      prompts.push_back({domain, json::parse(line)["prompt"].get<std::string>().substr(0, 200)});
+    }
+  }
+  // Interleave domains.
+  std::vector<std::pair<std::string, std::string>> mixed;
+  for (size_t i = 0; i < 8; ++i) {
+    for (size_t d = 0; d < 5; ++d) {
+      if (d * 8 + i < prompts.size()) mixed.push_back(prompts[d * 8 + i]);
+    }
+  }
+  const std::vector<Mode> modes = {{"auto", -1, true}, {"off", 0, true}, {"auto_nolog", -1, false}};
+  std::map<std::pair<std::string, int>, double> tps;
+  for (int conc : {1, 4, 16}) {
+    const int per_client = requests > 0 ? requests : std::max(2, 32 / conc);
+    for (const Mode& m : modes) {
+      std::vector<double> t, p50, p99;
+      for (int r = 0; r < reps; ++r) {
+        RunResult rr = RunOnce(shared, m, conc, per_client, tokens, mixed);
+        t.push_back(rr.tokens_per_second);
+        p50.push_back(rr.p50);
+        p99.push_back(rr.p99);
+      }
+      const json params = {{"mode", m.name}, {"concurrency", conc}, {"max_tokens", tokens},
+                           {"requests_per_client", per_client}, {"reps", reps}};
+      tps[{m.name, conc}] = Median(t);
+      Emit("serve_throughput", params, Median(t), "tokens/s");
+      Emit("serve_latency_p50", params, Median(p50), "s");
+      Emit("serve_latency_p99", params, Median(p99), "s");
+    }
+    Emit("serve_auto_over_off", {{"concurrency", conc}},
+         tps[{"auto", conc}] / tps[{"off", conc}], "ratio");
+    Emit("serve_logging_overhead", {{"concurrency", conc}},
+         1.0 - tps[{"auto", conc}] / tps[{"auto_nolog", conc}], "fraction");
+  }
+  return 0;
+}
