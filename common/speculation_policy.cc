@@ -16,7 +16,8 @@ SpeculationPolicy::SpeculationPolicy(const SpeculationPolicyOptions& options)
       decay_(std::pow(0.5, 1.0 / std::max(1.0, options.half_life_steps))),
       successes_(options.prior_alpha * options.prior_weight),
       failures_((1.0 - options.prior_alpha) * options.prior_weight),
-      target_cost_(options.k_max + 2, 0.0) {}
+      target_cost_(options.k_max + 2, 0.0),
+      probe_wait_(std::max(1, options.probe_interval)) {}
 
 void SpeculationPolicy::ObserveStep(int drafted, int accepted) {
   if (drafted <= 0) return;
@@ -92,9 +93,13 @@ int SpeculationPolicy::ChooseK() {
   }
   if (best > 0) {
     zero_streak_ = 0;
+    probe_wait_ = std::max(1, options_.probe_interval);
     return best;
   }
-  return ++zero_streak_ % std::max(1, options_.probe_interval) == 0 ? best_spec : 0;
+  if (++zero_streak_ < probe_wait_) return 0;
+  zero_streak_ = 0;
+  probe_wait_ = std::min(2 * probe_wait_, std::max(1, options_.max_probe_interval));
+  return best_spec;
 }
 
 double SpeculationPolicy::ExpectedRateInBatch(int k, const BatchCostModel& cost,

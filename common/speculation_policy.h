@@ -7,7 +7,7 @@
 // from measured quantities: alpha (per-token acceptance over a recent window), the draft's
 // seconds per drafted token, and the target's seconds per forward of n positions, kept per n
 // (seeded by a calibration run, refined by every observed forward; unmeasured n interpolated).
-// k = 0 (plain decoding) is chosen where nothing beats it; while at 0, every probe_interval-th
+// k = 0 (plain decoding) is chosen where nothing beats it; while at 0, a probe now and then
 // choice still speculates so that acceptance keeps being measured (it may recover, e.g. after
 // a new draft). Pure logic; the caller times forwards and reports them. One policy per domain
 // (or per request). Not thread-safe.
@@ -28,8 +28,12 @@ struct SpeculationPolicyOptions {
   double prior_alpha = 0.6;
   // Weight, in draft tokens, of that prior. Default: 8.
   double prior_weight = 8.0;
-  // While k = 0 wins, speculate anyway once every this many choices. Default: 16.
+  // While k = 0 wins, speculate anyway after this many choices; each probe that does not
+  // change the verdict doubles the wait, up to max_probe_interval (a probe with a poor draft
+  // costs draft forwards and a longer verification). Default: 16.
   int probe_interval = 16;
+  // Default: 256.
+  int max_probe_interval = 256;
 };
 
 class SpeculationPolicy {
@@ -81,7 +85,8 @@ class SpeculationPolicy {
   std::vector<double> target_cost_;
   // Draft cost: decayed sums of seconds and tokens.
   double draft_s_ = 0, draft_n_ = 0;
-  int zero_streak_ = 0;  // consecutive choices of k = 0
+  int zero_streak_ = 0;  // choices of k = 0 since the last probe or k > 0
+  int probe_wait_;       // choices of k = 0 before the next probe
   int64_t batch_zero_streak_ = 0;  // consecutive choices of k = 0 by ChooseKInBatch
 };
 

@@ -242,23 +242,38 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
 }
 
 void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draft, int k_max,
-                                SpeculationPolicy* policy) {
+                                SpeculationPolicy* policy, int context) {
   c10::InferenceMode guard;
-  auto median_seconds = [](const LlamaModel& m, int n) {
-    KVCache cache = m.NewCache(64);
-    m.Forward({{&cache, std::vector<int64_t>(32, 3), false}});
-    std::vector<double> t;
-    for (int rep = 0; rep < 5; ++rep) {
-      const auto t0 = Clock::now();
-      m.Forward({{&cache, std::vector<int64_t>(n, 3), true}});
-      t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-      cache.Truncate(32);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+  context = std::max(1, std::min(context, target.config().max_position_embeddings - k_max - 2));
+  KVCache target_cache = target.NewCache(context + k_max + 1);
+  target.Forward({{&target_cache, std::vector<int64_t>(context, 3), false}});
+  KVCache draft_cache;
+  if (draft) {
+    draft_cache = draft->NewCache(context + 1);
+    draft->Forward({{&draft_cache, std::vector<int64_t>(context, 3), false}});
+  }
+  auto seconds = [](const LlamaModel& m, KVCache* cache, int n, int64_t past) {
+    const auto t0 = Clock::now();
+    m.Forward({{cache, std::vector<int64_t>(n, 3), true}});
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    cache->Truncate(past);
+    return s;
   };
-  for (int n = 1; n <= k_max + 1; ++n) policy->SeedTarget(n, median_seconds(target, n));
-  policy->SeedDraft(draft ? median_seconds(*draft, 1) : 0.0);
+  // Rounds over every block size, so that load on a shared machine spreads over all sizes
+  // alike and the ratios between them (what the choice of k depends on) stay right.
+  const int rounds = 7;
+  std::vector<std::vector<double>> t(k_max + 2);
+  std::vector<double> d;
+  for (int round = 0; round < rounds; ++round) {
+    for (int n = 1; n <= k_max + 1; ++n) t[n].push_back(seconds(target, &target_cache, n, context));
+    if (draft) d.push_back(seconds(*draft, &draft_cache, 1, context));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  for (int n = 1; n <= k_max + 1; ++n) policy->SeedTarget(n, median(t[n]));
+  policy->SeedDraft(draft ? median(d) : 0.0);
 }
 
 }  // namespace specloop

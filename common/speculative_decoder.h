@@ -119,8 +119,10 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
                                    const SpeculativeOptions& options, SpeculativeStats* stats);
 
 // Times target forwards of 1 .. k_max + 1 positions and one draft token (`draft` may be null
-// for free proposers) and seeds `policy` with them.
+// for free proposers) after `context` cached positions, interleaved over 7 rounds (medians),
+// and seeds `policy` with them. Verification cost grows with context (attention), so calibrate
+// near the context lengths served.
 void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draft, int k_max,
-                                SpeculationPolicy* policy);
+                                SpeculationPolicy* policy, int context = 256);
 
 }  // namespace specloop

@@ -50,10 +50,13 @@ TEST(SpeculationPolicy, TurnsSpeculationOffWhereItDoesNotPay) {
   SpeculationPolicy p = Seeded(0.2, 1.0, 0.3);
   Observe(&p, 0.3, 200);
   EXPECT_EQ(p.ChooseK(), 0);
-  // But it keeps probing once every probe_interval choices, so acceptance stays measured.
-  int probes = 0;
-  for (int i = 0; i < 160; ++i) probes += p.ChooseK() > 0;
-  EXPECT_EQ(probes, 10);
+  // But it keeps probing, so acceptance stays measured: after 16 choices of 0, then 32, 64,
+  // ... up to every 256 (the first ChooseK above was choice 1 of the first wait).
+  std::vector<int> probe_at;
+  for (int i = 2; i <= 1300; ++i) {
+    if (p.ChooseK() > 0) probe_at.push_back(i);
+  }
+  EXPECT_EQ(probe_at, (std::vector<int>{16, 48, 112, 240, 496, 752, 1008, 1264}));
 }
 
 TEST(SpeculationPolicy, AcceptanceEstimateFollowsChange) {
