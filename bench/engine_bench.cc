@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "common/threads.h"
 #include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
@@ -22,18 +23,12 @@
 namespace specloop {
 namespace {
 
+using bench::Emit;
+using bench::Median;
+
 using Clock = std::chrono::steady_clock;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
-void Emit(const std::string& name, nlohmann::json params, double value, const std::string& unit) {
-  std::cout << nlohmann::json{{"name", name}, {"params", params}, {"value", value}, {"unit", unit}}
-                   .dump()
-            << std::endl;
-}
 
 std::unique_ptr<LlamaModel> LoadOrDie(const std::string& dir) {
   std::unique_ptr<LlamaModel> m;

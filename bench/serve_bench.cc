@@ -20,12 +20,16 @@
 #include <nlohmann/json.hpp>
 
 #include "buffer/replay_logger.h"
+#include "bench/bench_util.h"
 #include "common/threads.h"
 #include "serve/http_server.h"
 #include "serve/sample_logger.h"
 
 namespace specloop {
 namespace {
+
+using bench::Emit;
+using bench::Median;
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
@@ -35,10 +39,6 @@ double Percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
-void Emit(const std::string& name, const json& params, double value, const std::string& unit) {
-  std::cout << json{{"name", name}, {"params", params}, {"value", value}, {"unit", unit}}.dump()
-            << std::endl;
-}
 
 struct Mode {
   std::string name;
@@ -130,10 +130,6 @@ RunResult RunOnce(const std::string& shared, const Mode& mode, int concurrency, 
   return {total / wall, Percentile(all, 0.5), Percentile(all, 0.99)};
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 }  // namespace specloop

@@ -16,6 +16,7 @@
 #include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_util.h"
 #include "common/draft_model_proposer.h"
 #include "common/speculative_decoder.h"
 #include "common/threads.h"
@@ -24,18 +25,13 @@
 namespace specloop {
 namespace {
 
+using bench::Emit;
+using bench::Median;
+
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
-void Emit(const std::string& name, const json& params, double value, const std::string& unit) {
-  std::cout << json{{"name", name}, {"params", params}, {"value", value}, {"unit", unit}}.dump()
-            << std::endl;
-}
 
 std::unique_ptr<LlamaModel> LoadOrDie(const std::string& dir) {
   std::unique_ptr<LlamaModel> m;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace specloop {
 
@@ -78,10 +79,14 @@ double SpeculationPolicy::ExpectedRate(int k) const {
 
 int SpeculationPolicy::ChooseK() {
   if (target_seconds(1) <= 0 || draft_n_ <= 0) return std::max(1, options_.k_max / 2);
+  return ChooseBest([this](int k) { return ExpectedRate(k); }, 1);
+}
+
+int SpeculationPolicy::ChooseBest(const std::function<double(int)>& rate, int probe_scale) {
   int best = 0, best_spec = 1;
-  double best_rate = ExpectedRate(0), best_spec_rate = 0;
+  double best_rate = rate(0), best_spec_rate = 0;
   for (int k = 1; k <= options_.k_max; ++k) {
-    const double r = ExpectedRate(k);
+    const double r = rate(k);
     if (r > best_rate) {
       best = k;
       best_rate = r;
@@ -96,7 +101,7 @@ int SpeculationPolicy::ChooseK() {
     probe_wait_ = std::max(1, options_.probe_interval);
     return best;
   }
-  if (++zero_streak_ < probe_wait_) return 0;
+  if (++zero_streak_ < int64_t{probe_wait_} * probe_scale) return 0;
   zero_streak_ = 0;
   probe_wait_ = std::min(2 * probe_wait_, std::max(1, options_.max_probe_interval));
   return best_spec;
@@ -112,25 +117,8 @@ double SpeculationPolicy::ExpectedRateInBatch(int k, const BatchCostModel& cost,
 int SpeculationPolicy::ChooseKInBatch(const BatchCostModel& cost, int batch_size) {
   if (cost.empty() || draft_n_ <= 0) return ChooseK();
   batch_size = std::max(1, batch_size);
-  int best = 0, best_spec = 1;
-  double best_rate = ExpectedRateInBatch(0, cost, batch_size), best_spec_rate = 0;
-  for (int k = 1; k <= options_.k_max; ++k) {
-    const double r = ExpectedRateInBatch(k, cost, batch_size);
-    if (r > best_rate) {
-      best = k;
-      best_rate = r;
-    }
-    if (r > best_spec_rate) {
-      best_spec = k;
-      best_spec_rate = r;
-    }
-  }
-  if (best > 0) {
-    batch_zero_streak_ = 0;
-    return best;
-  }
-  const int64_t interval = int64_t{std::max(1, options_.probe_interval)} * batch_size;
-  return ++batch_zero_streak_ % interval == 0 ? best_spec : 0;
+  // A probe delays the whole batch: probe batch_size times less often.
+  return ChooseBest([&](int k) { return ExpectedRateInBatch(k, cost, batch_size); }, batch_size);
 }
 
 BatchCostModel::BatchCostModel(double half_life)

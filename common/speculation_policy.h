@@ -15,6 +15,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace specloop {
@@ -66,7 +68,7 @@ class SpeculationPolicy {
   // sequence read from `cost` as its share of a forward over batch_size * (k + 1) rows.
   // Large batches make verification cheap per row and drafting (one sequence at a time)
   // relatively dear, so this turns speculation down and then off. While k = 0 wins, it probes
-  // once every probe_interval * batch_size choices (each probe delays the whole batch).
+  // as ChooseK() does, with waits batch_size times longer (each probe delays the whole batch).
   // Falls back to ChooseK() while `cost` has no measurement.
   int ChooseKInBatch(const class BatchCostModel& cost, int batch_size);
   // Expected tokens per second of one sequence at length k in a batch of `batch_size`.
@@ -85,9 +87,12 @@ class SpeculationPolicy {
   std::vector<double> target_cost_;
   // Draft cost: decayed sums of seconds and tokens.
   double draft_s_ = 0, draft_n_ = 0;
-  int zero_streak_ = 0;  // choices of k = 0 since the last probe or k > 0
+  // The k maximizing rate(k) over [0, k_max], with probes while 0 wins (waits scaled by
+  // probe_scale).
+  int ChooseBest(const std::function<double(int)>& rate, int probe_scale);
+
+  int64_t zero_streak_ = 0;  // choices of k = 0 since the last probe or k > 0
   int probe_wait_;       // choices of k = 0 before the next probe
-  int64_t batch_zero_streak_ = 0;  // consecutive choices of k = 0 by ChooseKInBatch
 };
 
 // BatchCostModel: seconds of one batched target forward as a function of the total rows (new

@@ -1,35 +1,16 @@
 // Helpers for the buffer tests: temporary directories and random records of every shape.
 #pragma once
 
-#include <cstdlib>
-#include <filesystem>
+#include <limits>
 #include <string>
 
 #include "buffer/half.h"
 #include "buffer/record.h"
 #include "common/rng.h"
+#include "tests/testing/temp_dir.h"
 
 namespace specloop {
 namespace testing {
-
-// A fresh directory under $TMPDIR, removed (recursively) by the destructor.
-class TempDir {
- public:
-  TempDir() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string t = std::string(tmp && *tmp ? tmp : "/tmp") + "/specloop-buffer-test-XXXXXX";
-    if (mkdtemp(t.data()) != nullptr) path_ = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 inline uint64_t Below(Rng* rng, uint64_t n) { return n == 0 ? 0 : rng->Next() % n; }
 

@@ -8,14 +8,9 @@
 
 #include "common/llama_model.h"
 #include "common/model_config.h"
+#include "tests/testing/temp_dir.h"
 
 namespace specloop::testing {
-
-// The shared fixtures: $SPECLOOP_SHARED, else ../shared beside the source tree.
-inline std::string SharedDir() {
-  const char* env = std::getenv("SPECLOOP_SHARED");
-  return env ? env : SPECLOOP_SHARED_DIR;
-}
 
 // A small grouped-query config: 4 query heads over 2 key/value heads.
 inline ModelConfig TinyConfig(bool tied = false) {

@@ -61,12 +61,19 @@ TEST(SpeculationPolicyInBatch, ProbesLessOftenInBigBatches) {
   const BatchCostModel cost = CpuLike(1.0, 0.05);
   SpeculationPolicyOptions o;
   o.probe_interval = 16;
-  SpeculationPolicy p(o);
-  p.SeedDraft(0.5);
-  for (int i = 0; i < 400; ++i) p.ObserveStep(4, 0);  // alpha near 0
-  int probes = 0;
-  for (int i = 0; i < 16 * 8 * 10; ++i) probes += p.ChooseKInBatch(cost, 8) > 0;
-  EXPECT_EQ(probes, 10);  // once per probe_interval * batch choices
+  // Waits of 16, 32, 64, ... choices (doubling up to 256), scaled by the batch size.
+  auto probes_at = [&](int batch) {
+    SpeculationPolicy p(o);
+    p.SeedDraft(0.5);
+    for (int i = 0; i < 400; ++i) p.ObserveStep(4, 0);  // alpha near 0
+    std::vector<int> at;
+    for (int i = 1; i <= 1280; ++i) {
+      if (p.ChooseKInBatch(cost, batch) > 0) at.push_back(i);
+    }
+    return at;
+  };
+  EXPECT_EQ(probes_at(8), (std::vector<int>{128, 384, 896}));
+  EXPECT_EQ(probes_at(1), (std::vector<int>{16, 48, 112, 240, 496, 752, 1008, 1264}));
 }
 
 TEST(SpeculationPolicyInBatch, FallsBackToChooseKWithoutBatchCosts) {

@@ -10,32 +10,16 @@
 #include <fstream>
 #include <string>
 
+#include "tests/testing/temp_dir.h"
+
 namespace specloop {
 namespace serve_test {
 
-inline std::string Shared() {
-  const char* env = std::getenv("SPECLOOP_SHARED");
-  return env ? env : SPECLOOP_SHARED_DIR;
-}
+inline std::string Shared() { return testing::SharedDir(); }
 inline std::string TargetDir() { return Shared() + "/models/target-6m"; }
 inline std::string DraftDir() { return Shared() + "/models/draft-mix-1m"; }
 
-// A fresh directory under the system temp dir, removed with the object.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "specloop-serve-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 // Runs `cmd` through the shell; returns its exit status and its stdout in *out.
 inline int RunCommand(const std::string& cmd, std::string* out) {
