@@ -32,6 +32,10 @@ class DraftSwapHook {
   // refused (InvalidArgument: its vocabulary or architecture does not fit the target; the old
   // draft keeps serving). Must not block.
   virtual void OnInstalled(uint64_t version, const Status& status) {}
+
+  // Called on the scheduler thread after every verification step drafted by `version`: the
+  // live acceptance a swapper compares versions by (rollback). Must be cheap and not block.
+  virtual void ObserveAcceptance(uint64_t version, int drafted, int accepted) {}
 };
 
 }  // namespace specloop

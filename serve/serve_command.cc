@@ -4,14 +4,19 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <iostream>
 #include <thread>
 
+#include <zmq.hpp>
+
 #include "buffer/replay_logger.h"
 #include "common/threads.h"
 #include "serve/commands.h"
+#include "serve/draft_swapper.h"
 #include "serve/http_server.h"
 #include "serve/sample_logger.h"
 #include "serve/scheduler.h"
@@ -23,6 +28,7 @@ namespace {
 
 struct ServeArgs {
   std::string target, draft, host = "127.0.0.1", buffer, trainer_endpoint, k = "auto";
+  std::string trainer_router, trainer_public_key, draft_staging;
   std::string device = "cpu", model_name;
   int port = 8000, max_batch = 16, threads = 1, http_threads = 96, log_top_k = 64;
   int max_waiting = 64, max_domains = 16, k_max = 8;
@@ -38,6 +44,13 @@ void OnSignal(int) {
   const char b = 1;
   if (write(g_signal_pipe[1], &b, 1) < 0) {
   }
+}
+
+// tcp://HOST:PORT -> tcp://HOST:PORT+1 (the trainer's ROUTER beside its PUB by default).
+std::string NextPort(const std::string& endpoint) {
+  const size_t colon = endpoint.find_last_of(':');
+  if (colon == std::string::npos) return endpoint;
+  return endpoint.substr(0, colon + 1) + std::to_string(std::atoi(endpoint.c_str() + colon + 1) + 1);
 }
 
 std::string BaseName(std::string dir) {
@@ -107,9 +120,30 @@ int RunServe(const ServeArgs& a) {
     so.target_id = target_id;
     sample_logger = std::make_unique<SampleLogger>(logger.get(), so);
   }
-  if (!a.trainer_endpoint.empty()) {
-    std::cerr << "specloop serve: --trainer-endpoint " << a.trainer_endpoint
-              << ": draft hot-swap client not built into this binary yet; serving draft v0\n";
+  // Draft hot-swap: follow the trainer's announcements (DESIGN.md section 7).
+  zmq::context_t zmq_context;
+  std::unique_ptr<DraftSwapper> swapper;
+  if (!a.trainer_endpoint.empty() && k != 0) {
+    DraftSwapperOptions wo;
+    wo.fetcher.pub_endpoint = a.trainer_endpoint;
+    wo.fetcher.router_endpoint =
+        a.trainer_router.empty() ? NextPort(a.trainer_endpoint) : a.trainer_router;
+    wo.fetcher.curve_server_key = a.trainer_public_key;
+    wo.staging_dir = !a.draft_staging.empty() ? a.draft_staging
+                     : !a.buffer.empty()      ? a.buffer + "-drafts"
+                                              : "specloop-drafts";
+    wo.load.device = a.device;
+    wo.initial_draft_dir = a.draft;
+    Status ws = mkdir(wo.staging_dir.c_str(), 0755) == 0 || errno == EEXIST
+                    ? DraftSwapper::Start(&zmq_context, wo, target->config(), metrics.get(),
+                                          &swapper)
+                    : Status::IOError("cannot create " + wo.staging_dir);
+    if (!ws.ok()) {
+      std::cerr << "specloop serve: --trainer-endpoint: " << ws.ToString() << "\n";
+      return 1;
+    }
+    std::printf("specloop serve: following drafts from %s (staging %s)\n",
+                a.trainer_endpoint.c_str(), wo.staging_dir.c_str());
   }
 
   SchedulerOptions so;
@@ -119,6 +153,7 @@ int RunServe(const ServeArgs& a) {
   so.policy.k_max = a.k_max;
   Scheduler scheduler(target.get(), std::move(draft), tokenizer.get(), metrics.get(),
                       sample_logger.get(), so);
+  if (swapper) scheduler.set_swap_hook(swapper.get());
   s = scheduler.Start();
   HttpServerOptions ho;
   ho.host = a.host;
@@ -180,7 +215,14 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--host", a->host, "bind address")->capture_default_str();
   cmd->add_option("--port", a->port, "port (0 = any free port)")->capture_default_str();
   cmd->add_option("--buffer", a->buffer, "replay buffer directory (logging on)");
-  cmd->add_option("--trainer-endpoint", a->trainer_endpoint, "trainer ZeroMQ endpoint");
+  cmd->add_option("--trainer-endpoint", a->trainer_endpoint,
+                  "the trainer's ZeroMQ PUB endpoint: follow its drafts (hot-swap)");
+  cmd->add_option("--trainer-router", a->trainer_router,
+                  "the trainer's ROUTER endpoint (default: the PUB endpoint's port + 1)");
+  cmd->add_option("--trainer-public-key", a->trainer_public_key,
+                  "the trainer's CURVE public key (Z85): authenticate the trainer");
+  cmd->add_option("--draft-staging", a->draft_staging,
+                  "where fetched drafts are unpacked (default: BUFFER-drafts)");
   cmd->add_option("--max-batch", a->max_batch, "most sequences per batch")->capture_default_str();
   cmd->add_option("--max-waiting", a->max_waiting, "most queued requests (429 beyond)")
       ->capture_default_str();

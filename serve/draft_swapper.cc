@@ -1,0 +1,142 @@
+#include "serve/draft_swapper.h"
+
+#include <iostream>
+
+namespace specloop {
+
+Status DraftSwapper::Start(zmq::context_t* context, const DraftSwapperOptions& options,
+                           const ModelConfig& target_config, ServingMetrics* metrics,
+                           std::unique_ptr<DraftSwapper>* out) {
+  if (options.staging_dir.empty()) return Status::InvalidArgument("no staging directory");
+  std::unique_ptr<DraftSwapper> s(new DraftSwapper(options, target_config, metrics));
+  SPECLOOP_RETURN_IF_ERROR(DraftFetcher::Open(context, options.fetcher, &s->fetcher_));
+  if (!options.initial_draft_dir.empty()) s->dirs_[0] = options.initial_draft_dir;
+  s->thread_ = std::thread([p = s.get()] { p->Run(); });
+  *out = std::move(s);
+  return Status::OK();
+}
+
+DraftSwapper::~DraftSwapper() { Stop(); }
+
+void DraftSwapper::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void DraftSwapper::Run() {
+  DraftAnnouncement a;
+  if (fetcher_->Latest(&a).ok()) Consider(a);  // a worker started after the trainer published
+  while (!stop_) {
+    Status s = fetcher_->WaitAnnouncement(options_.poll_ms, &a);
+    if (s.ok()) {
+      Consider(a);
+    } else if (s.IsCorruption()) {
+      metrics_->ObserveSwapFailure("announcement");
+      std::cerr << "specloop serve: bad draft announcement: " << s.ToString() << "\n";
+    }
+    MaybeRollBack();
+  }
+}
+
+void DraftSwapper::Refuse(uint64_t version, const std::string& reason, const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    refused_.insert(version);
+  }
+  metrics_->ObserveSwapFailure(reason);
+  std::cerr << "specloop serve: draft v" << version << " refused (" << reason
+            << "): " << why.ToString() << "; the current draft keeps serving\n";
+}
+
+void DraftSwapper::Consider(const DraftAnnouncement& a) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (a.version <= newest_ || refused_.count(a.version)) return;
+  }
+  std::string dir;
+  Status s = fetcher_->Fetch(a, options_.staging_dir, &dir);
+  if (!s.ok()) {
+    if (s.IsCorruption()) {
+      Refuse(a.version, "transfer", s);
+    } else {  // a timeout or file error: the next announcement of it retries
+      metrics_->ObserveSwapFailure("fetch");
+      std::cerr << "specloop serve: fetching draft v" << a.version << ": " << s.ToString() << "\n";
+    }
+    return;
+  }
+  ModelConfig config;
+  s = ModelConfig::FromDir(dir, &config);
+  if (s.ok()) s = CheckDraftCompatible(target_config_, config);
+  if (!s.ok()) return Refuse(a.version, "incompatible", s);
+  std::unique_ptr<LlamaModel> model;
+  s = LlamaModel::Load(dir, options_.load, &model);
+  if (!s.ok()) return Refuse(a.version, "load", s);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  dirs_[a.version] = dir;
+  newest_ = a.version;
+  ready_ = DraftCandidate{std::move(model), a.version};  // replaces an older, untaken one
+}
+
+bool DraftSwapper::TakeReady(DraftCandidate* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ready_.model) return false;
+  *out = std::move(ready_);
+  ready_ = DraftCandidate();
+  return true;
+}
+
+void DraftSwapper::OnInstalled(uint64_t version, const Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!status.ok()) {  // the scheduler refused it (and counted it)
+    refused_.insert(version);
+    return;
+  }
+  previous_ = installed_.load();
+  has_previous_ = true;
+  installed_ = version;
+  live_[version] = Live();  // judge a (re)installed version on its own traffic from now on
+}
+
+void DraftSwapper::ObserveAcceptance(uint64_t version, int drafted, int accepted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Live& l = live_[version];
+  l.successes += accepted;
+  l.failures += accepted < drafted ? 1 : 0;
+  l.steps++;
+}
+
+void DraftSwapper::MaybeRollBack() {
+  uint64_t current, back;
+  std::string dir;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current = installed_;
+    back = previous_;
+    if (!has_previous_ || ready_.model || refused_.count(current) || refused_.count(back)) return;
+    const Live& now = live_[current];
+    const Live& before = live_[back];
+    if (now.steps < options_.rollback_min_steps || before.steps < options_.rollback_min_steps ||
+        now.alpha() >= before.alpha() - options_.rollback_margin) {
+      return;
+    }
+    auto it = dirs_.find(back);
+    if (it == dirs_.end()) return;
+    dir = it->second;
+    std::cerr << "specloop serve: draft v" << current << " live alpha " << now.alpha()
+              << " is below v" << back << "'s " << before.alpha() << ": rolling back to v" << back
+              << "\n";
+    refused_.insert(current);
+  }
+  std::unique_ptr<LlamaModel> model;
+  Status s = LlamaModel::Load(dir, options_.load, &model);
+  if (!s.ok()) {
+    std::cerr << "specloop serve: rollback to v" << back << " failed: " << s.ToString() << "\n";
+    return;
+  }
+  metrics_->ObserveRollback();
+  std::lock_guard<std::mutex> lock(mu_);
+  ready_ = DraftCandidate{std::move(model), back};
+}
+
+}  // namespace specloop

@@ -1,0 +1,107 @@
+// DraftSwapper: the worker's side of draft hot-swap (DESIGN.md section 7), behind the
+// scheduler's DraftSwapHook. A background thread asks the trainer for its latest version at
+// start (a worker started later catches up), then follows the announcements: it fetches each
+// newer version in chunks (size and sha256 checked by DraftFetcher), checks architecture and
+// vocabulary against the target, and loads it into a standby model, all off the decoding
+// thread; the scheduler takes it between iterations. A refused checkpoint is counted by reason
+// (`announcement`, `transfer`, `incompatible`, `load`) and never retried; the old draft keeps
+// serving.
+//
+// Rollback: the scheduler reports live acceptance per version (ObserveAcceptance). Once the
+// current version and its predecessor each have `rollback_min_steps` steps, a current alpha
+// below the predecessor's by more than `rollback_margin` reinstalls the predecessor (counted,
+// and said on stderr); the rolled-back version is never installed again.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "common/draft_channel.h"
+#include "common/llama_model.h"
+#include "serve/draft_swap_hook.h"
+#include "serve/serving_metrics.h"
+
+namespace zmq {
+class context_t;
+}
+
+namespace specloop {
+
+struct DraftSwapperOptions {
+  FetcherOptions fetcher;
+  // Where fetched checkpoints are unpacked (vNNNNNN subdirectories). Required.
+  std::string staging_dir;
+  // Device and dtype of loaded drafts: those of the target. Default: cpu, auto.
+  LoadOptions load;
+  // The directory of version 0 (the --draft served at start), for rollback to it.
+  std::string initial_draft_dir;
+  // How long one wait for an announcement lasts before the thread checks for rollback and
+  // stop. Default: 200.
+  int poll_ms = 200;
+  // Steps (verifications that drafted) each version needs before they are compared.
+  // Default: 200.
+  int rollback_min_steps = 200;
+  // How much lower (absolute, per-token acceptance) the new version's alpha must be to roll
+  // back. Default: 0.1.
+  double rollback_margin = 0.1;
+};
+
+class DraftSwapper : public DraftSwapHook {
+ public:
+  // Connects to the trainer and starts the thread. `context`, `metrics` must outlive it.
+  static Status Start(zmq::context_t* context, const DraftSwapperOptions& options,
+                      const ModelConfig& target_config, ServingMetrics* metrics,
+                      std::unique_ptr<DraftSwapper>* out);
+  ~DraftSwapper() override;
+  void Stop();
+
+  bool TakeReady(DraftCandidate* out) override;
+  void OnInstalled(uint64_t version, const Status& status) override;
+  void ObserveAcceptance(uint64_t version, int drafted, int accepted) override;
+
+  // The version the scheduler last installed.
+  uint64_t installed_version() const { return installed_.load(); }
+
+ private:
+  DraftSwapper(const DraftSwapperOptions& options, const ModelConfig& target_config,
+               ServingMetrics* metrics)
+      : options_(options), target_config_(target_config), metrics_(metrics) {}
+  void Run();
+  // Fetches, checks and loads `a`; on success it becomes the ready candidate.
+  void Consider(const DraftAnnouncement& a);
+  // Compares the installed version's live alpha with its predecessor's.
+  void MaybeRollBack();
+  void Refuse(uint64_t version, const std::string& reason, const Status& why);
+
+  // Live acceptance of one version: geometric successes and failures, and steps.
+  struct Live {
+    double successes = 0, failures = 0;
+    int64_t steps = 0;
+    double alpha() const { return successes + failures > 0 ? successes / (successes + failures) : 0; }
+  };
+
+  const DraftSwapperOptions options_;
+  const ModelConfig target_config_;
+  ServingMetrics* metrics_;
+  std::unique_ptr<DraftFetcher> fetcher_;  // used by the thread only
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> installed_{0};
+
+  std::mutex mu_;
+  DraftCandidate ready_;                        // GUARDED_BY(mu_)
+  uint64_t newest_ = 0;                         // GUARDED_BY(mu_): newest fetched or installed
+  uint64_t previous_ = 0;                       // GUARDED_BY(mu_): installed before the current
+  bool has_previous_ = false;                   // GUARDED_BY(mu_)
+  std::set<uint64_t> refused_;                  // GUARDED_BY(mu_)
+  std::map<uint64_t, std::string> dirs_;        // GUARDED_BY(mu_): version -> checkpoint dir
+  std::map<uint64_t, Live> live_;               // GUARDED_BY(mu_)
+};
+
+}  // namespace specloop
