@@ -1,12 +1,16 @@
-// Benchmark output: JSON lines {"name", "params", "value", "unit"}, and medians.
+// Benchmark helpers: JSON lines {"name", "params", "value", "unit"}, medians, model loading.
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "common/llama_model.h"
 
 namespace specloop::bench {
 
@@ -21,6 +25,17 @@ inline void Emit(const std::string& name, const nlohmann::json& params, double v
   std::cout << nlohmann::json{{"name", name}, {"params", params}, {"value", value}, {"unit", unit}}
                    .dump()
             << std::endl;
+}
+
+// Loads a model directory or exits with the error: a benchmark has nothing to measure without.
+inline std::unique_ptr<LlamaModel> LoadOrDie(const std::string& dir) {
+  std::unique_ptr<LlamaModel> m;
+  Status s = LlamaModel::Load(dir, LoadOptions(), &m);
+  if (!s.ok()) {
+    std::cerr << s.ToString() << "\n";
+    std::exit(1);
+  }
+  return m;
 }
 
 }  // namespace specloop::bench

@@ -24,21 +24,10 @@ namespace specloop {
 namespace {
 
 using bench::Emit;
+using bench::LoadOrDie;
 using bench::Median;
 
 using Clock = std::chrono::steady_clock;
-
-
-
-std::unique_ptr<LlamaModel> LoadOrDie(const std::string& dir) {
-  std::unique_ptr<LlamaModel> m;
-  Status s = LlamaModel::Load(dir, LoadOptions(), &m);
-  if (!s.ok()) {
-    std::cerr << s.ToString() << "\n";
-    std::exit(1);
-  }
-  return m;
-}
 
 // Greedy decode of `tokens` new tokens after a 16-token prompt; median tokens/s of `runs`.
 double DecodeTokensPerSecond(LlamaModel& m, int tokens, int runs) {

@@ -39,7 +39,6 @@ double Percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
-
 struct Mode {
   std::string name;
   int k;     // -1 auto, 0 off
@@ -129,7 +128,6 @@ RunResult RunOnce(const std::string& shared, const Mode& mode, int concurrency, 
   }
   return {total / wall, Percentile(all, 0.5), Percentile(all, 0.99)};
 }
-
 
 }  // namespace
 }  // namespace specloop

@@ -26,22 +26,11 @@ namespace specloop {
 namespace {
 
 using bench::Emit;
+using bench::LoadOrDie;
 using bench::Median;
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-
-
-std::unique_ptr<LlamaModel> LoadOrDie(const std::string& dir) {
-  std::unique_ptr<LlamaModel> m;
-  Status s = LlamaModel::Load(dir, LoadOptions(), &m);
-  if (!s.ok()) {
-    std::cerr << s.ToString() << "\n";
-    std::exit(1);
-  }
-  return m;
-}
 
 struct Run {
   double seconds = 0;
@@ -108,7 +97,7 @@ int main(int argc, char** argv) {
       std::map<int, SpeculativeStats> stats;
       std::vector<int> ks = {0, 1, 2, 3, 4, 5, 6, 7, 8, -1};
       SpeculationPolicy policy;
-      CalibrateSpeculationPolicy(*target, draft.get(), k_max, &policy);
+      CalibrateSpeculationPolicy(*target, draft.get(), k_max, &policy, 256, gen.sampling);
       for (int rep = 0; rep < reps; ++rep) {
         for (int k : ks) {
           double seconds = 0;

@@ -222,13 +222,13 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
     dec.Propose(k);
     ForwardInput in = dec.TargetInput();
     const int positions = in.tokens.size();
+    // Verification cost = the target forward and the verifier's work over its rows.
     const auto f0 = Clock::now();
-    at::Tensor logits = target.Forward({std::move(in)}).to(at::kCPU);
-    const double forward_s = std::chrono::duration<double>(Clock::now() - f0).count();
-    dec.Commit(logits);
+    dec.Commit(target.Forward({std::move(in)}).to(at::kCPU));
+    const double verify_s = std::chrono::duration<double>(Clock::now() - f0).count();
     if (options.policy) {
       const int drafted = dec.draft().tokens.size();
-      options.policy->ObserveTarget(positions, forward_s);
+      options.policy->ObserveTarget(positions, verify_s);
       const double draft_s = proposer->last_propose_seconds();
       if (draft_s >= 0) options.policy->ObserveDraft(drafted, draft_s);
       options.policy->ObserveStep(drafted, dec.last_accepted());
@@ -241,8 +241,20 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
   return r;
 }
 
+double VerificationSecondsPerRow(int vocab, const SamplingParams& sampling) {
+  if (sampling.greedy()) return 0.0;  // an argmax: noise next to a forward
+  std::vector<float> logits(vocab), p;
+  Rng rng(1);
+  for (float& x : logits) x = static_cast<float>(rng.Uniform() * 10.0);
+  const int reps = 16;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) ProcessedDistribution(logits.data(), vocab, sampling, &p);
+  return std::chrono::duration<double>(Clock::now() - t0).count() / reps;
+}
+
 void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draft, int k_max,
-                                SpeculationPolicy* policy, int context) {
+                                SpeculationPolicy* policy, int context,
+                                const SamplingParams& sampling) {
   c10::InferenceMode guard;
   context = std::max(1, std::min(context, target.config().max_position_embeddings - k_max - 2));
   KVCache target_cache = target.NewCache(context + k_max + 1);
@@ -272,8 +284,11 @@ void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draf
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  for (int n = 1; n <= k_max + 1; ++n) policy->SeedTarget(n, median(t[n]));
-  policy->SeedDraft(draft ? median(d) : 0.0);
+  // Each scored row is also turned into a processed distribution (verification); each drafted
+  // token too (sampling it).
+  const double row = VerificationSecondsPerRow(target.config().vocab_size, sampling);
+  for (int n = 1; n <= k_max + 1; ++n) policy->SeedTarget(n, median(t[n]) + n * row);
+  policy->SeedDraft(draft ? median(d) + row : 0.0);
 }
 
 }  // namespace specloop

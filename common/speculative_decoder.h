@@ -120,9 +120,15 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
 
 // Times target forwards of 1 .. k_max + 1 positions and one draft token (`draft` may be null
 // for free proposers) after `context` cached positions, interleaved over 7 rounds (medians),
-// and seeds `policy` with them. Verification cost grows with context (attention), so calibrate
-// near the context lengths served.
+// adds the cost of turning each row into a processed distribution under `sampling` (none for
+// greedy), and seeds `policy` with them. Verification cost grows with context (attention), so
+// calibrate near the context lengths served.
 void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draft, int k_max,
-                                SpeculationPolicy* policy, int context = 256);
+                                SpeculationPolicy* policy, int context = 256,
+                                const SamplingParams& sampling = SamplingParams());
+
+// Seconds to turn one row of logits into a processed distribution under `sampling` (0 for
+// greedy), measured on this machine.
+double VerificationSecondsPerRow(int vocab, const SamplingParams& sampling);
 
 }  // namespace specloop

@@ -97,7 +97,9 @@ int RunGenerate(const GenerateArgs& a) {
     spec_opt.generate = opt;
     if (a.k == "auto") {
       spec_opt.policy = &policy;
-      CalibrateSpeculationPolicy(*model, draft.get(), SpeculationPolicyOptions().k_max, &policy);
+      CalibrateSpeculationPolicy(*model, draft.get(), SpeculationPolicyOptions().k_max, &policy,
+                                 std::min<int>(256, prompt.size() + opt.max_tokens / 2),
+                                 opt.sampling);
     } else {
       try {
         spec_opt.k = std::stoi(a.k);

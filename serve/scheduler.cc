@@ -86,8 +86,9 @@ int Scheduler::waiting() const {
   return static_cast<int>(waiting_.size());
 }
 
-// Times one batched forward of `batch` sequences (32 cached tokens each) with `n` new tokens
-// each, and one draft token, to seed the cost model before traffic refines it.
+// Times one batched forward of `batch` sequences (`context` cached tokens each: attention cost
+// grows with context) with `n` new tokens each, and one draft token, plus the verifier's work
+// per row (sampling at temperature 1), to seed the cost model before traffic refines it.
 void Scheduler::Calibrate() {
   c10::InferenceMode guard;
   auto median = [](std::vector<double> t) {
@@ -95,11 +96,13 @@ void Scheduler::Calibrate() {
     return t[t.size() / 2];
   };
   const int k_max = options_.policy.k_max;
+  const int context = std::max(1, std::min(256, target_->config().max_position_embeddings - k_max - 2));
+  const double row = VerificationSecondsPerRow(target_->config().vocab_size, SamplingParams());
   for (int b = 1;; b = std::min(b * 2, options_.max_batch)) {
     std::vector<KVCache> caches;
-    for (int i = 0; i < b; ++i) caches.push_back(target_->NewCache(64));
+    for (int i = 0; i < b; ++i) caches.push_back(target_->NewCache(context + k_max + 1));
     std::vector<ForwardInput> prefix;
-    for (auto& c : caches) prefix.push_back(Input(&c, 32, false));
+    for (auto& c : caches) prefix.push_back(Input(&c, context, false));
     target_->Forward(prefix);
     for (int n : {1, 2, 3, 5, k_max + 1}) {
       if (n > k_max + 1) continue;
@@ -110,23 +113,23 @@ void Scheduler::Calibrate() {
         const auto t0 = Clock::now();
         target_->Forward(in);
         t.push_back(SecondsSince(t0));
-        for (auto& c : caches) c.Truncate(32);
+        for (auto& c : caches) c.Truncate(context);
       }
-      cost_.Seed(b * n, median(t));
+      cost_.Seed(b * n, median(t) + b * n * row);
     }
     if (b >= options_.max_batch) break;
   }
   if (draft_) {
-    KVCache c = draft_->NewCache(64);
-    draft_->Forward({Input(&c, 32, false)});
+    KVCache c = draft_->NewCache(context + 1);
+    draft_->Forward({Input(&c, context, false)});
     std::vector<double> t;
     for (int rep = 0; rep < 5; ++rep) {
       const auto t0 = Clock::now();
       draft_->Forward({Input(&c, 1, false)});
       t.push_back(SecondsSince(t0));
-      c.Truncate(32);
+      c.Truncate(context);
     }
-    draft_token_seconds_ = median(t);
+    draft_token_seconds_ = median(t) + row;
   }
 }
 
@@ -280,14 +283,16 @@ void Scheduler::Step() {
     return;
   }
   const double forward_s = SecondsSince(t0);
-  cost_.Observe(static_cast<int>(rows), forward_s);
   metrics_->ObserveTargetForward(forward_s, static_cast<int>(live.size()));
+  double verify_s = 0;  // the verifiers' work over the rows: part of what a row costs
 
   // 3. Verification, output, logging.
   for (Sequence* seq : live) {
     try {
       at::Tensor mine = logits.narrow(0, seq->row_offset, seq->rows);
+      const auto c0 = Clock::now();
       const std::vector<int> emitted = seq->decoder->Commit(mine);
+      verify_s += SecondsSince(c0);
       const int drafted = static_cast<int>(seq->draft_tokens.size());
       const int accepted = seq->decoder->last_accepted();
       if (seq->trace) {
@@ -324,6 +329,7 @@ void Scheduler::Step() {
       Fail(seq, 500, std::string("verification failed: ") + e.what());
     }
   }
+  cost_.Observe(static_cast<int>(rows), forward_s + verify_s);
 }
 
 void Scheduler::Fail(Sequence* seq, int http_status, const std::string& message) {
