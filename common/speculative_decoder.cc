@@ -49,18 +49,16 @@ std::vector<int> SpeculativeDecoder::generated() const {
 }
 
 void SpeculativeDecoder::Propose(int k) {
-  const int limit = target_->config().max_position_embeddings;
-  // Room for the pending token and k drafts in the target's cache.
-  k = std::max(0, std::min(k, limit - static_cast<int>(cached_.size()) - 1));
+  // Cache slots left beside the pending token: the most draft tokens a step can score.
+  const int64_t room =
+      target_->config().max_position_embeddings - static_cast<int64_t>(tokens_.size());
+  k = static_cast<int>(std::clamp<int64_t>(k, 0, room));
   last_k_ = k;
   proposer_->Propose(tokens_, k, &draft_);
-  // A block that would not fit the context (a tree's nodes, or a proposer overshooting k) is
-  // dropped: the step decodes plainly.
-  const int64_t room = limit - static_cast<int64_t>(tokens_.size());  // cache slots left
+  // A block that would not fit (a tree's nodes, or a proposer overshooting k) is dropped: the
+  // step decodes plainly.
   const int64_t n = draft_.tokens.size();
-  if (n > room || (!draft_.is_tree() && n > k)) {
-    draft_.Clear();
-  }
+  if (n > room || (!draft_.is_tree() && n > k)) draft_.Clear();
 }
 
 ForwardInput SpeculativeDecoder::TargetInput() {
