@@ -14,5 +14,7 @@ void AddBufferCommand(CLI::App& app, int* exit_code);
 void AddServeCommand(CLI::App& app, int* exit_code);
 // `specloop train` (trainer/train_command.cc, library specloop_trainer_cli).
 void AddTrainCommand(CLI::App& app, int* exit_code);
+// `specloop up`: serve and train as supervised children (serve/up_command.cc).
+void AddUpCommand(CLI::App& app, int* exit_code);
 
 }  // namespace specloop
