@@ -1,0 +1,185 @@
+// `specloop train` as users run it, on a small real buffer (target-6m verifying draft-prose-1m
+// on python, c and legal prompts): --offline prints its JSON report and writes a checkpoint;
+// the online loop catches up, trains, passes the gate and announces the checkpoint over
+// ZeroMQ, a worker-side fetcher downloads and loads it, and SIGTERM stops the trainer cleanly.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <zmq.hpp>
+
+#include "buffer/replay_logger.h"
+#include "common/draft_channel.h"
+#include "tests/trainer/test_util.h"
+#include "trainer/synthetic_traffic.h"
+
+namespace specloop {
+namespace trainer {
+namespace {
+
+using testing::SharedDir;
+using testing::TempDir;
+
+class TrainCommandTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("specloop-train-cmd");
+    const std::string models = SharedDir() + "/models";
+    std::unique_ptr<LlamaModel> target, draft;
+    ASSERT_TRUE(LlamaModel::Load(models + "/target-6m", {}, &target).ok());
+    ASSERT_TRUE(LlamaModel::Load(models + "/draft-prose-1m", {}, &draft).ok());
+    std::unique_ptr<ReplayLogger> logger;
+    ASSERT_TRUE(ReplayLogger::Open({}, {}, dir_->Sub("buffer"), &logger).ok());
+    TrafficOptions o;
+    o.max_tokens = 40;
+    o.max_prompt_tokens = 64;
+    for (const char* domain : {"python", "c", "legal"}) {
+      std::vector<std::vector<int>> prompts;
+      ASSERT_TRUE(
+          LoadDomainPrompts(SharedDir(), domain, models + "/target-6m", 40, 64, &prompts).ok());
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        Record r;
+        o.seed = i;
+        ASSERT_TRUE(DecodeToRecord(*target, *draft, prompts[i], domain,
+                                   std::string(domain) + "-" + std::to_string(i), o, &r)
+                        .ok());
+        ASSERT_TRUE(logger->Log(&r));
+      }
+    }
+    ASSERT_TRUE(logger->Close().ok());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static std::vector<std::string> TrainArgs(const std::string& checkpoints) {
+    return {SPECLOOP_BINARY, "train", "--draft", SharedDir() + "/models/draft-prose-1m",
+            "--buffer", dir_->Sub("buffer"), "--checkpoints", checkpoints, "--lr", "1e-3",
+            "--metrics-port", "0", "--threads", "1"};
+  }
+
+  static TempDir* dir_;
+};
+TempDir* TrainCommandTest::dir_ = nullptr;
+
+// A child process whose stderr (and stdout) the test reads; killed if still running at the end.
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& args) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], 1);
+      dup2(fds[1], 2);
+      close(fds[0]);
+      std::vector<char*> argv;
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    out_ = fdopen(fds[0], "r");
+  }
+  ~Child() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_) fclose(out_);
+  }
+  // Reads lines until one matches `re` (the whole line kept in *line); false at EOF.
+  bool ReadUntil(const std::regex& re, std::string* line) {
+    char buf[4096];
+    while (out_ && fgets(buf, sizeof(buf), out_)) {
+      *line = buf;
+      log_ += *line;
+      if (std::regex_search(*line, re)) return true;
+    }
+    return false;
+  }
+  // Sends `sig` and waits for the exit status.
+  int Stop(int sig) {
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  const std::string& log() const { return log_; }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* out_ = nullptr;
+  bool reaped_ = false;
+  std::string log_;
+};
+
+TEST_F(TrainCommandTest, OfflinePrintsItsReportAndWritesACheckpoint) {
+  TempDir ckpt("specloop-train-offline");
+  std::string cmd;
+  for (const auto& a : TrainArgs(ckpt.path())) cmd += "'" + a + "' ";
+  cmd += "--offline --epochs 4 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out, last;
+  char buf[4096];
+  while (fgets(buf, sizeof(buf), p)) {
+    out += buf;
+    if (buf[0] == '{') last = buf;
+  }
+  const int status = pclose(p);
+  ASSERT_EQ(WEXITSTATUS(status), 0) << out;  // 0: written (3 would be: refused by the gate)
+  const nlohmann::json r = nlohmann::json::parse(last);
+  EXPECT_EQ(r["version"], 1) << last;
+  for (const char* d : {"python", "c", "legal"}) {
+    ASSERT_TRUE(r["alpha_before"].contains(d) && r["alpha_after"].contains(d)) << last;
+  }
+  EXPECT_GT(r["overall_after"].get<double>(), r["overall_before"].get<double>()) << last;
+  EXPECT_TRUE(std::filesystem::exists(ckpt.Sub("v000001/model.safetensors")));
+  EXPECT_TRUE(std::filesystem::exists(ckpt.Sub("v000001/meta.json")));
+}
+
+TEST_F(TrainCommandTest, OnlineLoopPublishesACheckpointThatAWorkerFetches) {
+  TempDir ckpt("specloop-train-online"), staging("specloop-train-staging");
+  std::vector<std::string> args = TrainArgs(ckpt.path());
+  for (const char* a : {"--pub", "tcp://127.0.0.1:*", "--router", "tcp://127.0.0.1:*",
+                        "--eval-every", "20"}) {
+    args.push_back(a);
+  }
+  Child trainer(args);
+  std::string line;
+  const std::regex ready(R"(announcing on (tcp://[0-9.:]+), serving on (tcp://[0-9.:]+))");
+  ASSERT_TRUE(trainer.ReadUntil(ready, &line)) << trainer.log();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(line, m, ready));
+
+  zmq::context_t ctx;
+  FetcherOptions fo;
+  fo.pub_endpoint = m[1];
+  fo.router_endpoint = m[2];
+  std::unique_ptr<DraftFetcher> fetcher;
+  ASSERT_TRUE(DraftFetcher::Open(&ctx, fo, &fetcher).ok());
+  DraftAnnouncement a;
+  Status s = Status::NotFound("");
+  for (int waited = 0; !s.ok() && waited < 240; ++waited) s = fetcher->WaitAnnouncement(1000, &a);
+  ASSERT_TRUE(s.ok()) << s.ToString() << "\n" << trainer.log();
+  EXPECT_EQ(a.version, 1u);
+  std::string dir;
+  ASSERT_TRUE(fetcher->Fetch(a, staging.path(), &dir).ok());
+  std::unique_ptr<LlamaModel> fetched;
+  ASSERT_TRUE(LlamaModel::Load(dir, {}, &fetched).ok());
+  ModelConfig target;
+  ASSERT_TRUE(ModelConfig::FromDir(SharedDir() + "/models/target-6m", &target).ok());
+  EXPECT_TRUE(CheckDraftCompatible(target, fetched->config()).ok());
+  EXPECT_EQ(trainer.Stop(SIGTERM), 0) << trainer.log();
+}
+
+}  // namespace
+}  // namespace trainer
+}  // namespace specloop
