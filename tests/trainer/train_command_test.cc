@@ -142,7 +142,17 @@ TEST_F(TrainCommandTest, OfflinePrintsItsReportAndWritesACheckpoint) {
   }
   EXPECT_GT(r["overall_after"].get<double>(), r["overall_before"].get<double>()) << last;
   EXPECT_TRUE(std::filesystem::exists(ckpt.Sub("v000001/model.safetensors")));
-  EXPECT_TRUE(std::filesystem::exists(ckpt.Sub("v000001/meta.json")));
+  std::string meta_text;
+  ASSERT_TRUE(ReadFileToString(ckpt.Sub("v000001/meta.json"), &meta_text).ok());
+  const nlohmann::json meta = nlohmann::json::parse(meta_text);
+  for (const char* key : {"version", "parent", "sha256", "objective", "steps", "samples",
+                          "alpha_before", "alpha_after", "created"}) {
+    EXPECT_TRUE(meta.contains(key)) << key << " missing from " << meta_text;
+  }
+  std::string sha;
+  ASSERT_TRUE(Sha256File(ckpt.Sub("v000001/model.safetensors"), &sha).ok());
+  EXPECT_EQ(meta["sha256"], sha);
+  EXPECT_EQ(meta["alpha_after"], r["alpha_after"]);
 }
 
 TEST_F(TrainCommandTest, OnlineLoopPublishesACheckpointThatAWorkerFetches) {
