@@ -110,7 +110,13 @@ Status Supervisor::Spawn(Child* c) {
   argv.push_back(nullptr);
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return Status::IOError("pipe: " + std::string(strerror(errno)));
+  // Signals stay blocked across fork so that the child cannot run this process's handlers
+  // (a SIGTERM there would be swallowed); the child resets them before unblocking.
+  sigset_t all, old_mask;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &old_mask);
   const pid_t pid = fork();
+  if (pid != 0) sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   if (pid < 0) {
     close(out[0]);
     close(out[1]);
@@ -120,6 +126,9 @@ Status Supervisor::Spawn(Child* c) {
     // Child: only async-signal-safe calls until execv.
     setpgid(0, 0);                    // terminal signals reach the supervisor alone
     prctl(PR_SET_PDEATHSIG, SIGTERM);  // the supervisor died: stop too
+    signal(SIGCHLD, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
