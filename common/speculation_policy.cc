@@ -18,6 +18,9 @@ SpeculationPolicy::SpeculationPolicy(const SpeculationPolicyOptions& options)
       successes_(options.prior_alpha * options.prior_weight),
       failures_((1.0 - options.prior_alpha) * options.prior_weight),
       target_cost_(options.k_max + 2, 0.0),
+      real_tokens_(options.k_max + 1, 0.0),
+      real_seconds_(options.k_max + 1, 0.0),
+      real_steps_(options.k_max + 1, 0),
       probe_wait_(std::max(1, options.probe_interval)) {}
 
 void SpeculationPolicy::ObserveStep(int drafted, int accepted) {
@@ -36,6 +39,23 @@ void SpeculationPolicy::ObserveDraft(int tokens, double seconds) {
   if (tokens <= 0) return;
   draft_s_ = draft_s_ * decay_ + seconds;
   draft_n_ = draft_n_ * decay_ + tokens;
+}
+
+void SpeculationPolicy::ObserveRealized(int k, int emitted, double seconds) {
+  if (k < 0 || k > options_.k_max || seconds <= 0) return;
+  real_tokens_[k] = real_tokens_[k] * decay_ + emitted;
+  real_seconds_[k] = real_seconds_[k] * decay_ + seconds;
+  real_steps_[k]++;
+}
+
+double SpeculationPolicy::RealizedRate(int k) const {
+  if (k < 0 || k > options_.k_max || real_steps_[k] < options_.min_realized_steps) return -1.0;
+  return real_tokens_[k] / real_seconds_[k];
+}
+
+double SpeculationPolicy::Blend(int k, double model) const {
+  const double r = RealizedRate(k);
+  return r >= 0 ? r : model;
 }
 
 void SpeculationPolicy::SeedTarget(int positions, double seconds) {
@@ -79,7 +99,7 @@ double SpeculationPolicy::ExpectedRate(int k) const {
 
 int SpeculationPolicy::ChooseK() {
   if (target_seconds(1) <= 0 || draft_n_ <= 0) return std::max(1, options_.k_max / 2);
-  return ChooseBest([this](int k) { return ExpectedRate(k); }, 1);
+  return ChooseBest([this](int k) { return Blend(k, ExpectedRate(k)); }, 1);
 }
 
 int SpeculationPolicy::ChooseBest(const std::function<double(int)>& rate, int probe_scale) {
@@ -118,7 +138,8 @@ int SpeculationPolicy::ChooseKInBatch(const BatchCostModel& cost, int batch_size
   if (cost.empty() || draft_n_ <= 0) return ChooseK();
   batch_size = std::max(1, batch_size);
   // A probe delays the whole batch: probe batch_size times less often.
-  return ChooseBest([&](int k) { return ExpectedRateInBatch(k, cost, batch_size); }, batch_size);
+  return ChooseBest([&](int k) { return Blend(k, ExpectedRateInBatch(k, cost, batch_size)); },
+                    batch_size);
 }
 
 BatchCostModel::BatchCostModel(double half_life)

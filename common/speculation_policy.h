@@ -30,6 +30,8 @@ struct SpeculationPolicyOptions {
   double prior_alpha = 0.6;
   // Weight, in draft tokens, of that prior. Default: 8.
   double prior_weight = 8.0;
+  // Steps at a length before its realized rate is trusted over the model. Default: 8.
+  int min_realized_steps = 8;
   // While k = 0 wins, speculate anyway after this many choices; each probe that does not
   // change the verdict doubles the wait, up to max_probe_interval (a probe with a poor draft
   // costs draft forwards and a longer verification). Default: 16.
@@ -50,6 +52,14 @@ class SpeculationPolicy {
   void ObserveTarget(int positions, double seconds);
   // Seconds the proposer took to draft `tokens` tokens (skip free proposers).
   void ObserveDraft(int tokens, double seconds);
+  // A whole step taken at length k: `emitted` tokens in `seconds` (drafting, this sequence's
+  // share of the target forward, verification). Once k has `min_realized_steps` recent
+  // steps, its realized rate replaces the model's estimate: the model misses overheads (and
+  // machine load), the realized rate does not, so a length that loses in practice stops
+  // being chosen.
+  void ObserveRealized(int k, int emitted, double seconds);
+  // Realized tokens per second at length k; negative while it has too few steps.
+  double RealizedRate(int k) const;
 
   // The k with the highest expected tokens per second; 0 when speculation does not pay (but
   // see probe_interval). Before any target or draft cost is known: k_max / 2.
@@ -87,6 +97,11 @@ class SpeculationPolicy {
   std::vector<double> target_cost_;
   // Draft cost: decayed sums of seconds and tokens.
   double draft_s_ = 0, draft_n_ = 0;
+  // Realized rate per k: decayed sums of emitted tokens and seconds, and steps seen.
+  std::vector<double> real_tokens_, real_seconds_;
+  std::vector<int64_t> real_steps_;
+  // RealizedRate(k) where trusted, else `model`.
+  double Blend(int k, double model) const;
   // The k maximizing rate(k) over [0, k_max], with probes while 0 wins (waits scaled by
   // probe_scale).
   int ChooseBest(const std::function<double(int)>& rate, int probe_scale);

@@ -217,6 +217,7 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
   t0 = t1;
   while (!dec.finished()) {
     const int k = options.policy ? options.policy->ChooseK() : options.k;
+    const auto s0 = Clock::now();
     dec.Propose(k);
     ForwardInput in = dec.TargetInput();
     const int positions = in.tokens.size();
@@ -226,6 +227,8 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
     const double verify_s = std::chrono::duration<double>(Clock::now() - f0).count();
     if (options.policy) {
       const int drafted = dec.draft().tokens.size();
+      options.policy->ObserveRealized(
+          k, dec.last_accepted() + 1, std::chrono::duration<double>(Clock::now() - s0).count());
       options.policy->ObserveTarget(positions, verify_s);
       const double draft_s = proposer->last_propose_seconds();
       if (draft_s >= 0) options.policy->ObserveDraft(drafted, draft_s);

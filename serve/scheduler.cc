@@ -292,7 +292,8 @@ void Scheduler::Step() {
       at::Tensor mine = logits.narrow(0, seq->row_offset, seq->rows);
       const auto c0 = Clock::now();
       const std::vector<int> emitted = seq->decoder->Commit(mine);
-      verify_s += SecondsSince(c0);
+      const double commit_s = SecondsSince(c0);
+      verify_s += commit_s;
       const int drafted = static_cast<int>(seq->draft_tokens.size());
       const int accepted = seq->decoder->last_accepted();
       if (seq->trace) {
@@ -306,6 +307,10 @@ void Scheduler::Step() {
         metrics_->ObserveDraftForward(seq->draft_seconds);
       }
       if (seq->policy) {
+        // The whole step of this sequence: drafting, its share of the forward, verification.
+        seq->policy->ObserveRealized(
+            seq->k, accepted + 1,
+            std::max(0.0, seq->draft_seconds) + forward_s * seq->rows / rows + commit_s);
         seq->policy->ObserveStep(drafted, accepted);
         if (drafted > 0 && seq->draft_seconds >= 0) {
           seq->policy->ObserveDraft(drafted, seq->draft_seconds);

@@ -95,3 +95,30 @@ TEST(SpeculationPolicy, InterpolatesUnmeasuredSizes) {
 
 }  // namespace
 }  // namespace specloop
+
+namespace specloop {
+namespace {
+
+TEST(SpeculationPolicy, RealizedRatesOverruleAnOptimisticModel) {
+  // The model (cheap draft, flat verification, alpha 0.9) says long blocks pay...
+  SpeculationPolicy p = Seeded(1.0, 0.0, 0.02);
+  for (int i = 0; i < 200; ++i) p.ObserveStep(1, i % 10 != 0);
+  const int model_choice = p.ChooseK();
+  ASSERT_GE(model_choice, 4);
+  // ... but steps at that length realize 1 token per 4 seconds (a slow machine, overheads).
+  for (int i = 0; i < 8; ++i) p.ObserveRealized(model_choice, 1, 4.0);
+  EXPECT_NEAR(p.RealizedRate(model_choice), 0.25, 1e-9);
+  EXPECT_NE(p.ChooseK(), model_choice);
+  // Every length realized below plain decoding's modelled 1 token/s: speculation goes off.
+  for (int k = 1; k <= 8; ++k) {
+    for (int i = 0; i < 8; ++i) p.ObserveRealized(k, 2, 4.0);
+  }
+  EXPECT_EQ(p.ChooseK(), 0);
+  // Too few steps are not trusted.
+  SpeculationPolicy q = Seeded(1.0, 0.0, 0.02);
+  for (int i = 0; i < 7; ++i) q.ObserveRealized(3, 1, 4.0);
+  EXPECT_LT(q.RealizedRate(3), 0);
+}
+
+}  // namespace
+}  // namespace specloop
