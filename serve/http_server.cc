@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/sample_logger.h"
+#include "serve/status_page.h"
 
 namespace specloop {
 
@@ -127,6 +128,17 @@ void HttpServer::Routes() {
                   {"max_model_len", limits_.config->max_position_embeddings},
                   {"draft_version", scheduler_->draft_version()}};
     res.set_content(Dump({{"object", "list"}, {"data", json::array({model})}}), kJson);
+  });
+
+  // The built-in status page (serve/status_page.h), owned by its two handlers.
+  StatusPageOptions so;
+  so.model_name = options_.model_name;
+  auto status = std::make_shared<StatusPage>(metrics_, so);
+  server_->Get("/", [status](const httplib::Request&, httplib::Response& res) {
+    res.set_content(status->Html(), "text/html; charset=utf-8");
+  });
+  server_->Get("/status.json", [status](const httplib::Request&, httplib::Response& res) {
+    res.set_content(status->Json(), kJson);
   });
 
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {

@@ -5,7 +5,8 @@
 //                          ("data: {chunk}\n\n" ... "data: [DONE]\n\n");
 //   GET  /v1/models        the served model;
 //   GET  /health           200 while the scheduler runs, else 503;
-//   GET  /metrics          Prometheus text exposition 0.0.4.
+//   GET  /metrics          Prometheus text exposition 0.0.4;
+//   GET  /, /status.json   the built-in status page and its data (serve/status_page.h).
 //
 // Handler threads never touch a model: they wait on (or stream from) the request's channel.
 // A streaming client that disconnects cancels its request. Errors are OpenAI error objects:

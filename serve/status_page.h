@@ -1,0 +1,81 @@
+// StatusPage: the server's built-in status page (issue 7), served at GET / with its data at
+// GET /status.json. Plain HTML and JavaScript from the binary; the chart library (Debian's
+// libjs-chart.js) is embedded at build time, so the page needs no network access.
+//
+// A sampler thread records, every sample_seconds, the acceptance rate per domain (the long
+// window, as specloop_acceptance_rate{window="long"}), generated tokens per second and the
+// draft version; the last window_seconds of samples are kept, and draft version changes are
+// kept as a history (the latest 100).
+//
+// /status.json: {"now": unix seconds, "model": name, "sample_seconds": s, "draft_version": v,
+//   "generated_tokens": total, "samples": [{"t", "alpha": {domain: a}, "tokens_per_second",
+//   "draft_version"}...], "versions": [{"t", "version"}...], "chart_library": bool}; the last
+// sample is taken at request time (not stored), so the page has data right after traffic.
+//
+// Thread safety: Html() and Json() may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace specloop {
+
+class ServingMetrics;
+
+struct StatusPageOptions {
+  // Seconds between samples. Default: 5.
+  double sample_seconds = 5;
+  // History kept. Default: one hour.
+  double window_seconds = 3600;
+  // Shown in the page title.
+  std::string model_name = "specloop";
+};
+
+class StatusPage {
+ public:
+  // Starts the sampler thread. `metrics` is not owned and must outlive this object.
+  StatusPage(ServingMetrics* metrics, StatusPageOptions options);
+  // Stops and joins the sampler thread.
+  ~StatusPage();
+  StatusPage(const StatusPage&) = delete;
+  StatusPage& operator=(const StatusPage&) = delete;
+
+  // The page (text/html). Built once; the same for every request.
+  const std::string& Html() const { return html_; }
+  // The data behind the page (application/json), see above.
+  std::string Json();
+  // Records one sample now (the sampler thread calls this).
+  void SampleNow();
+
+  // Whether the chart library was embedded at build time.
+  static bool HasChartLibrary();
+
+ private:
+  struct Sample {
+    double t = 0;  // unix seconds
+    std::map<std::string, double> alpha;
+    double tokens = 0;  // generated tokens so far
+    double tokens_per_second = 0;
+    uint64_t version = 0;
+  };
+  Sample Take(const Sample* previous);
+  void Loop();
+
+  ServingMetrics* const metrics_;
+  const StatusPageOptions options_;
+  const std::string html_;
+  std::mutex mu_;
+  std::deque<Sample> samples_;                          // GUARDED_BY(mu_)
+  std::vector<std::pair<double, uint64_t>> versions_;   // GUARDED_BY(mu_)
+  bool stop_ = false;                                   // GUARDED_BY(mu_)
+  std::condition_variable cv_;
+  std::thread thread_;
+};
+
+}  // namespace specloop
