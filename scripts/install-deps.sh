@@ -11,7 +11,9 @@ PACKAGES=(
   libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libsentencepiece-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  prometheus                                   # promtool checks the metrics exposition
+  prometheus                                   # promtool checks; the e2e test runs a server
+  libjs-chart.js                               # Chart.js, embedded in the status page
+  chromium                                     # e2e: the status page in headless Chromium
 )
 
 missing=()
