@@ -13,7 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus                                   # promtool checks; the e2e test runs a server
   libjs-chart.js                               # Chart.js, embedded in the status page
-  chromium                                     # e2e: the status page in headless Chromium
+  chromium fonts-dejavu-core                   # e2e: the status page in headless Chromium
 )
 
 missing=()
