@@ -59,6 +59,7 @@ struct Supervisor::Child {
   double backoff = 0;      // delay of the next restart
   int restarts = 0;
   int last_status = 0;     // waitpid status of the last exit
+  bool stopping = false;   // sent SIGTERM by StopAll()
 };
 
 Supervisor::Supervisor(SupervisorOptions options) : options_(std::move(options)) {
@@ -246,7 +247,8 @@ bool Supervisor::WaitAndPump(int timeout_ms) {
 Status Supervisor::StopAll() {
   bool killed = false;
   for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
-    if ((*it)->pid > 0) kill((*it)->pid, SIGTERM);
+    (*it)->stopping = (*it)->pid > 0;  // one waiting for a restart simply stays down
+    if ((*it)->stopping) kill((*it)->pid, SIGTERM);
   }
   const double deadline = Now() + options_.stop_grace_seconds;
   for (;;) {
@@ -275,7 +277,7 @@ Status Supervisor::StopAll() {
   }
   if (killed) return Status::IOError("a child had to be killed");
   for (const Child* c : children_) {
-    if (!c->started) continue;
+    if (!c->stopping) continue;
     const int st = c->last_status;
     const bool clean = (WIFEXITED(st) && WEXITSTATUS(st) == 0) ||
                        (WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);

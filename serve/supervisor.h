@@ -59,9 +59,10 @@ class Supervisor {
   void Add(ChildSpec spec);
 
   // Starts the children and supervises them until RequestStop(), then stops them all and
-  // returns. OK when every child exited by itself after SIGTERM (status 0 or death by
-  // SIGTERM); an error when one had to be killed, could not be started, or exited with
-  // fatal_exit_code (the others are stopped first).
+  // returns. OK when every child running at that point exited after SIGTERM (status 0 or
+  // death by SIGTERM; one waiting for its restart is simply not restarted); an error when one
+  // had to be killed, could not be started, or exited with fatal_exit_code (the others are
+  // stopped first).
   Status Run();
 
   // Makes Run() stop the children and return. Async-signal-safe; idempotent.
