@@ -58,7 +58,8 @@ int RunGenerate(const GenerateArgs& a) {
   // Speculative decoding when a draft model or prompt lookup is asked for.
   const bool speculative = !a.draft.empty() || a.prompt_lookup;
   std::unique_ptr<LlamaModel> draft;
-  std::unique_ptr<Proposer> model_proposer, lookup_proposer, fallback;
+  std::unique_ptr<DraftModelProposer> model_proposer;
+  std::unique_ptr<Proposer> lookup_proposer, fallback;
   Proposer* proposer = nullptr;
   SpeculationPolicy policy;
   SpeculativeOptions spec_opt;
@@ -81,7 +82,7 @@ int RunGenerate(const GenerateArgs& a) {
           return 2;
         }
       }
-      static_cast<DraftModelProposer*>(model_proposer.get())->set_tree_branching(branching);
+      model_proposer->set_tree_branching(branching);
     }
     proposer = model_proposer.get();
   }
