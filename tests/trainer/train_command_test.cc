@@ -30,29 +30,8 @@ class TrainCommandTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir("specloop-train-cmd");
-    const std::string models = SharedDir() + "/models";
-    std::unique_ptr<LlamaModel> target, draft;
-    ASSERT_TRUE(LlamaModel::Load(models + "/target-6m", {}, &target).ok());
-    ASSERT_TRUE(LlamaModel::Load(models + "/draft-prose-1m", {}, &draft).ok());
-    std::unique_ptr<ReplayLogger> logger;
-    ASSERT_TRUE(ReplayLogger::Open({}, {}, dir_->Sub("buffer"), &logger).ok());
-    TrafficOptions o;
-    o.max_tokens = 40;
-    o.max_prompt_tokens = 64;
-    for (const char* domain : {"python", "c", "legal"}) {
-      std::vector<std::vector<int>> prompts;
-      ASSERT_TRUE(
-          LoadDomainPrompts(SharedDir(), domain, models + "/target-6m", 40, 64, &prompts).ok());
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        Record r;
-        o.seed = i;
-        ASSERT_TRUE(DecodeToRecord(*target, *draft, prompts[i], domain,
-                                   std::string(domain) + "-" + std::to_string(i), o, &r)
-                        .ok());
-        ASSERT_TRUE(logger->Log(&r));
-      }
-    }
-    ASSERT_TRUE(logger->Close().ok());
+    const Status s = testing::MakeTrafficBuffer(dir_->Sub("buffer"));
+    ASSERT_TRUE(s.ok()) << s.ToString();
   }
   static void TearDownTestSuite() { delete dir_; }
 
