@@ -18,6 +18,7 @@
 
 #include "bench/bench_util.h"
 #include "common/draft_model_proposer.h"
+#include "common/spec/acceptance.h"
 #include "common/speculative_decoder.h"
 #include "common/threads.h"
 #include "common/tokenizer.h"
@@ -152,7 +153,8 @@ int main(int argc, char** argv) {
           Emit("alpha", p, alpha, "ratio");
           const double beta = costs.target_seconds(k + 1) / t1;
           Emit("beta", p, beta, "ratio");
-          Emit("predicted_speedup", p, ExpectedTokensPerStep(alpha, k) / (k * c + beta), "ratio");
+          const double tau = spec::ExpectedTokensPerStep(alpha, k);
+          Emit("predicted_speedup", p, tau / (k * c + beta), "ratio");
           if (measured > best_fixed) {
             best_fixed = measured;
             best_k = k;

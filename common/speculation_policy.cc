@@ -4,13 +4,9 @@
 #include <cmath>
 #include <functional>
 
-namespace specloop {
+#include "common/spec/acceptance.h"
 
-double ExpectedTokensPerStep(double alpha, int k) {
-  if (k <= 0) return 1.0;
-  if (alpha >= 1.0) return k + 1.0;
-  return (1.0 - std::pow(alpha, k + 1)) / (1.0 - alpha);
-}
+namespace specloop {
 
 SpeculationPolicy::SpeculationPolicy(const SpeculationPolicyOptions& options)
     : options_(options),
@@ -94,7 +90,7 @@ double SpeculationPolicy::target_seconds(int positions) const {
 
 double SpeculationPolicy::ExpectedRate(int k) const {
   const double time = k * draft_seconds_per_token() + target_seconds(k + 1);
-  return time > 0 ? ExpectedTokensPerStep(alpha(), k) / time : 0.0;
+  return time > 0 ? spec::ExpectedTokensPerStep(alpha(), k) / time : 0.0;
 }
 
 int SpeculationPolicy::ChooseK() {
@@ -131,7 +127,7 @@ double SpeculationPolicy::ExpectedRateInBatch(int k, const BatchCostModel& cost,
                                               int batch_size) const {
   const double time =
       k * draft_seconds_per_token() + cost.SecondsPerSequence(std::max(1, batch_size), k + 1);
-  return time > 0 ? ExpectedTokensPerStep(alpha(), k) / time : 0.0;
+  return time > 0 ? spec::ExpectedTokensPerStep(alpha(), k) / time : 0.0;
 }
 
 int SpeculationPolicy::ChooseKInBatch(const BatchCostModel& cost, int batch_size) {

@@ -140,7 +140,5 @@ class BatchCostModel {
   std::vector<double> seconds_;  // [grid index]; 0 = not measured
 };
 
-// Expected tokens emitted per verification step at acceptance alpha and length k.
-double ExpectedTokensPerStep(double alpha, int k);
 
 }  // namespace specloop

@@ -34,7 +34,6 @@ class Tokenizer {
 
   // Number of ids; every id the tokenizer emits is below it.
   int vocab_size() const { return static_cast<int>(surfaces_.size()); }
-  int bos_id() const { return bos_id_; }
 
  protected:
   // The bytes each id decodes to (pieces with the space marker replaced, byte pieces as bytes).

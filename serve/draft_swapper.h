@@ -65,9 +65,6 @@ class DraftSwapper : public DraftSwapHook {
   void OnInstalled(uint64_t version, const Status& status) override;
   void ObserveAcceptance(uint64_t version, int drafted, int accepted) override;
 
-  // The version the scheduler last installed.
-  uint64_t installed_version() const { return installed_.load(); }
-
  private:
   DraftSwapper(const DraftSwapperOptions& options, const ModelConfig& target_config,
                ServingMetrics* metrics)

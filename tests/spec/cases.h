@@ -1,4 +1,4 @@
-// Fixed (p, q) pairs over small vocabularies shared by the multi-draft tests.
+// Fixed (p, q) pairs over small vocabularies shared by the chain and multi-draft tests.
 #pragma once
 
 #include <string>
@@ -13,7 +13,8 @@ struct DistCase {
   std::vector<float> q;  // [vocab] draft
 };
 
-inline std::vector<DistCase> MultiDraftCases() {
+// The cases every verifier is tested on.
+inline std::vector<DistCase> BaseCases() {
   return {
       {"v2", {0.7f, 0.3f}, {0.2f, 0.8f}},
       {"mixed_v5", {0.35f, 0.25f, 0.2f, 0.15f, 0.05f}, {0.1f, 0.4f, 0.1f, 0.3f, 0.1f}},
@@ -25,9 +26,15 @@ inline std::vector<DistCase> MultiDraftCases() {
        {0.01f, 0.01f, 0.02f, 0.06f, 0.1f, 0.2f, 0.3f, 0.3f}},
       // q is 0 where p is positive and positive where p is 0.
       {"zeros_v6", {0.3f, 0.0f, 0.3f, 0.2f, 0.0f, 0.2f}, {0.0f, 0.3f, 0.4f, 0.1f, 0.2f, 0.0f}},
-      // q has fewer tokens than most n.
-      {"narrow_q_v6", {0.1f, 0.2f, 0.3f, 0.1f, 0.2f, 0.1f}, {0.7f, 0.3f, 0.0f, 0.0f, 0.0f, 0.0f}},
   };
+}
+
+// BaseCases() and one where q has fewer tokens than most n.
+inline std::vector<DistCase> MultiDraftCases() {
+  std::vector<DistCase> cases = BaseCases();
+  cases.push_back(
+      {"narrow_q_v6", {0.1f, 0.2f, 0.3f, 0.1f, 0.2f, 0.1f}, {0.7f, 0.3f, 0.0f, 0.0f, 0.0f, 0.0f}});
+  return cases;
 }
 
 }  // namespace spec_test

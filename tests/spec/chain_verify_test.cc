@@ -11,6 +11,7 @@
 #include "common/sampling.h"
 #include "common/spec/acceptance.h"
 #include "common/spec/distribution.h"
+#include "tests/spec/cases.h"
 #include "tests/spec/stat_util.h"
 
 namespace specloop {
@@ -58,33 +59,16 @@ Status BuggyChain(Bug bug, int k, int vocab, const int* drafts, const float* q_r
   return Status::OK();
 }
 
-// Position-independent rows: p_i and q_i are `p` and `q` rotated by i, so every position differs.
-struct ChainCase {
-  std::string name;
-  Row p;
-  Row q;
-};
+using ChainCase = spec_test::DistCase;
 
+// Position-independent rows: p_i and q_i are `p` and `q` rotated by i, so every position differs.
 Row Rotate(const Row& r, int by) {
   Row out(r.size());
   for (size_t i = 0; i < r.size(); ++i) out[(i + by) % r.size()] = r[i];
   return out;
 }
 
-std::vector<ChainCase> Cases() {
-  return {
-      {"v2", {0.7f, 0.3f}, {0.2f, 0.8f}},
-      {"mixed_v5", {0.35f, 0.25f, 0.2f, 0.15f, 0.05f}, {0.1f, 0.4f, 0.1f, 0.3f, 0.1f}},
-      {"disjoint_v4", {0.6f, 0.4f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.5f, 0.5f}},
-      {"equal_v3", {0.5f, 0.3f, 0.2f}, {0.5f, 0.3f, 0.2f}},
-      // q puts its mass where p is small.
-      {"q_on_p_tail_v8",
-       {0.4f, 0.25f, 0.15f, 0.1f, 0.05f, 0.03f, 0.015f, 0.005f},
-       {0.01f, 0.01f, 0.02f, 0.06f, 0.1f, 0.2f, 0.3f, 0.3f}},
-      // q is 0 where p is positive and positive where p is 0.
-      {"zeros_v6", {0.3f, 0.0f, 0.3f, 0.2f, 0.0f, 0.2f}, {0.0f, 0.3f, 0.4f, 0.1f, 0.2f, 0.0f}},
-  };
-}
+std::vector<ChainCase> Cases() { return spec_test::BaseCases(); }
 
 struct ChainStats {
   std::vector<std::vector<int64_t>> emitted;  // [k + 1][vocab]: token at position j, if emitted

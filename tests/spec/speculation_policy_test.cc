@@ -1,5 +1,7 @@
 #include "common/speculation_policy.h"
 
+#include "common/spec/acceptance.h"
+
 #include <gtest/gtest.h>
 
 namespace specloop {
@@ -25,11 +27,11 @@ void Observe(SpeculationPolicy* p, double alpha, int steps) {
 }
 
 TEST(SpeculationPolicy, ExpectedTokensPerStep) {
-  EXPECT_DOUBLE_EQ(ExpectedTokensPerStep(0.5, 0), 1.0);
-  EXPECT_DOUBLE_EQ(ExpectedTokensPerStep(0.5, 1), 1.5);
-  EXPECT_DOUBLE_EQ(ExpectedTokensPerStep(0.5, 3), 1.875);
-  EXPECT_DOUBLE_EQ(ExpectedTokensPerStep(1.0, 4), 5.0);
-  EXPECT_DOUBLE_EQ(ExpectedTokensPerStep(0.0, 4), 1.0);
+  EXPECT_DOUBLE_EQ(spec::ExpectedTokensPerStep(0.5, 0), 1.0);
+  EXPECT_DOUBLE_EQ(spec::ExpectedTokensPerStep(0.5, 1), 1.5);
+  EXPECT_DOUBLE_EQ(spec::ExpectedTokensPerStep(0.5, 3), 1.875);
+  EXPECT_DOUBLE_EQ(spec::ExpectedTokensPerStep(1.0, 4), 5.0);
+  EXPECT_DOUBLE_EQ(spec::ExpectedTokensPerStep(0.0, 4), 1.0);
 }
 
 TEST(SpeculationPolicy, ChoosesTheArgmaxOfTheCostModel) {
