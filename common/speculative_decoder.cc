@@ -84,7 +84,7 @@ void SpeculativeDecoder::VerifyTree(const at::Tensor& logits, spec::ChainOutcome
   outcome->num_accepted = 0;
   for (int j = 0; j < c; ++j) path->push_back(j);
   std::vector<int> children, drafts;
-  std::vector<float> p;
+  std::vector<float>& p = row_;
   for (int node = -1, row = c - 1;;) {
     children.clear();
     drafts.clear();
@@ -146,10 +146,9 @@ std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
     s = spec::VerifyChainGreedy(k, V, draft_.tokens.data(), r, &outcome);
   } else {
     p_.resize(static_cast<size_t>(k + 1) * V);
-    std::vector<float> row;
     for (int i = 0; i <= k; ++i) {
-      ProcessedDistribution(r + static_cast<size_t>(i) * V, V, options_.sampling, &row);
-      std::copy(row.begin(), row.end(), p_.begin() + static_cast<size_t>(i) * V);
+      ProcessedDistribution(r + static_cast<size_t>(i) * V, V, options_.sampling, &row_);
+      std::copy(row_.begin(), row_.end(), p_.begin() + static_cast<size_t>(i) * V);
     }
     s = verifier_(k, V, draft_.tokens.data(), draft_.probs.data(), p_.data(), &rng_, &outcome);
   }

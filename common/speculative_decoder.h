@@ -97,6 +97,7 @@ class SpeculativeDecoder {
   std::vector<int> cached_;  // the tokens in cache_
   DraftBlock draft_;
   std::vector<float> p_;     // scratch: processed target rows
+  std::vector<float> row_;   // scratch: one processed row
   bool finished_ = false, hit_eos_ = false;
   SpeculativeStats stats_;
   int last_k_ = 0;
