@@ -65,7 +65,11 @@ std::map<std::string, double> ServerAlpha(int port) {
 TEST(PrometheusTest, ScrapesSpecloopUpAndAnswersAlphaPerDomain) {
   TempDir tmp("specloop-prom");
   const UpPorts ports;
-  Child up(UpCommand(tmp.Sub("data"), ports));
+  // A fixed speculation length: this test reads acceptance back through Prometheus, so drafts
+  // must be proposed; adaptive k may rightly turn speculation off on a loaded machine.
+  std::vector<std::string> cmd = UpCommand(tmp.Sub("data"), ports);
+  cmd.push_back("--serve-arg=--k=4");
+  Child up(cmd);
   ASSERT_FALSE(up.WaitForLine("train is ready", 90).empty()) << up.Output();
   ASSERT_TRUE(WaitHealthy(ports.serve, "/health", 30));
 

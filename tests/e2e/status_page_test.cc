@@ -39,9 +39,11 @@ int Attr(const std::string& dom, const std::string& canvas, const std::string& a
 TEST(StatusPageTest, RendersAlphaChartInHeadlessChromium) {
   TempDir tmp("specloop-status");
   const int port = FreePort();
+  // A fixed speculation length, so the alpha chart gets points (adaptive k may turn drafting
+  // off on a loaded machine).
   Child serve({SPECLOOP_BINARY, "serve", "--target", TargetDir(), "--draft", DraftDir(),
                "--port", std::to_string(port), "--no-log", "--max-batch", "4",
-               "--http-threads", "16"});
+               "--http-threads", "16", "--k", "4"});
   ASSERT_FALSE(serve.WaitForLine("listening on", 60).empty()) << serve.Output();
 
   // Before traffic: the page is served, self-contained (Chart.js embedded, nothing remote).
