@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/hf_tokenizer.h"
+
 namespace specloop {
 
 using nlohmann::json;
@@ -111,6 +113,8 @@ Status ModelConfig::FromDir(const std::string& dir, ModelConfig* out) {
       out->add_bos_token = j["add_bos_token"].get<bool>();
     }
   }
+  bool hf_bos;  // a tokenizer.json says through its post-processor
+  if (HfTokenizerAddsBos(dir, &hf_bos).ok()) out->add_bos_token = hf_bos;
   return Status::OK();
 }
 

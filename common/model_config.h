@@ -25,14 +25,14 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   int bos_token_id = 1;
   std::vector<int> eos_token_ids = {2};  // config.json may give one id or a list
-  bool add_bos_token = true;             // from tokenizer_config.json when present
+  bool add_bos_token = true;  // tokenizer_config.json's, else tokenizer.json's post-processor
   std::string torch_dtype = "float32";
 
   // Parses config.json text. Rejects what this engine does not implement (rope_scaling,
   // attention or MLP biases, non-SiLU activations) with NotSupported, and inconsistent sizes
   // with InvalidArgument.
   static Status FromJson(const std::string& json_text, ModelConfig* out);
-  // Reads DIR/config.json and, when present, DIR/tokenizer_config.json.
+  // Reads DIR/config.json and, when present, DIR/tokenizer_config.json and tokenizer.json.
   static Status FromDir(const std::string& dir, ModelConfig* out);
   // The config.json a Hugging Face loader would accept for this config.
   std::string ToJson() const;

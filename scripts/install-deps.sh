@@ -10,6 +10,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev                       # draft publication
   libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libsentencepiece-dev libssl-dev
+  libpcre2-dev libutf8proc-dev                 # tokenizer.json: regex pre-tokenizers, NFC
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus                                   # promtool checks; the e2e test runs a server
   libjs-chart.js                               # Chart.js, embedded in the status page

@@ -25,6 +25,8 @@ std::string TextStream::Push(const std::vector<int>& ids) {
     pending_ += tokenizer_->Decode({id}, prev_);
     prev_ = id;
   }
+  // Invalid UTF-8 (ids a model put in a bad order) becomes U+FFFD; an unfinished tail waits.
+  const size_t complete = RepairUtf8(&pending_, /*final=*/false);
   // A complete stop string: cut before the earliest one and stop.
   size_t cut = std::string::npos;
   for (const auto& s : stop_) cut = std::min(cut, pending_.find(s));
@@ -47,12 +49,13 @@ std::string TextStream::Push(const std::vector<int>& ids) {
     }
   }
   // And any bytes that may end inside a UTF-8 sequence.
-  safe = std::min(safe, CompleteUtf8Prefix(pending_));
+  safe = std::min(safe, complete);
   return Release(safe);
 }
 
 std::string TextStream::Finish() {
   if (stopped_) return "";
+  RepairUtf8(&pending_, /*final=*/true);
   return Release(pending_.size());
 }
 

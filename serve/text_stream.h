@@ -1,11 +1,13 @@
 // TextStream: a sequence's generated ids turned into the text a client sees, incrementally:
-// each id is decoded after its predecessor (Tokenizer::Decode(ids, prev)), bytes that may end
-// inside a UTF-8 sequence are held back until the next id completes them, and so is any tail
-// that could be the start of a stop string. When a stop string appears, the text is cut just
-// before it and the stream is stopped: nothing after it is ever released.
+// each id is decoded after its predecessor (Tokenizer::Decode(ids, prev)), invalid UTF-8 becomes
+// U+FFFD (RepairUtf8), bytes that may end inside a UTF-8 sequence are held back until the next
+// id completes them, and so is any tail that could be the start of a stop string. When a stop
+// string appears, the text is cut just before it and the stream is stopped: nothing after it is
+// ever released.
 //
 // Invariant: the concatenation of everything Push() and Finish() return equals the full text
-// up to (not including) the first stop string, or the full decoded text when none occurs.
+// (ToValidUtf8 of the decoded ids) up to (not including) the first stop string, or all of it
+// when none occurs. Every piece returned is valid UTF-8.
 // Not thread-safe (one per sequence, on the scheduler thread).
 #pragma once
 
@@ -25,8 +27,8 @@ class TextStream {
   // Appends newly generated ids and returns the text now safe to release (may be empty).
   // After a stop string, returns "" and ignores further ids.
   std::string Push(const std::vector<int>& ids);
-  // The end of generation: releases what was held back (an incomplete UTF-8 tail as is, up to
-  // any stop string).
+  // The end of generation: releases what was held back (an incomplete UTF-8 tail as U+FFFD),
+  // up to any stop string.
   std::string Finish();
 
   // A stop string was found (finish_reason "stop").
