@@ -57,7 +57,8 @@ bool ByteLevelToBytes(const std::string& piece, std::string* bytes) {
   return true;
 }
 
-std::string Nfc(std::string_view text) {
+// NFC of one stretch of text (utf8proc decomposes and recomposes every character).
+std::string NfcSegment(std::string_view text) {
   // Code points below U+0300 (lead bytes below 0xCC) are already NFC and compose with nothing.
   if (std::all_of(text.begin(), text.end(),
                   [](char c) { return static_cast<unsigned char>(c) < 0xCC; })) {
@@ -71,6 +72,29 @@ std::string Nfc(std::string_view text) {
   if (n < 0) return std::string(text);  // not valid UTF-8: callers pass valid text
   std::string out(reinterpret_cast<char*>(dst), static_cast<size_t>(n));
   free(dst);
+  return out;
+}
+
+// NFC of valid UTF-8. ASCII characters are starters that nothing before them composes with,
+// so only each run of non-ASCII characters, with the ASCII character before it (e + U+0301
+// composes to é), goes through utf8proc.
+std::string Nfc(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  size_t done = 0;  // text[0, done) is in out
+  for (size_t i = 0; i < text.size();) {
+    if (static_cast<unsigned char>(text[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const size_t start = i > done ? i - 1 : i;  // the ASCII character before, if not yet out
+    size_t end = i;
+    while (end < text.size() && static_cast<unsigned char>(text[end]) >= 0x80) ++end;
+    out.append(text, done, start - done);
+    out += NfcSegment(text.substr(start, end - start));
+    done = i = end;
+  }
+  out.append(text, done, std::string_view::npos);
   return out;
 }
 
@@ -178,26 +202,24 @@ Status HfTokenizer::Parse(const std::string& json_text, const std::string& confi
   if (!model.contains("vocab") || !model["vocab"].is_object() || !model.contains("merges")) {
     return Status::Corruption("model has no vocab or merges");
   }
-  std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
   int max_id = -1;
   for (const auto& [piece, id_json] : model["vocab"].items()) max_id = std::max(max_id, id_json.get<int>());
   for (const json& a : j.value("added_tokens", json::array())) max_id = std::max(max_id, a.value("id", -1));
   pieces_.assign(max_id + 1, "");
   surfaces_.assign(max_id + 1, "");
   special_.assign(max_id + 1, false);
-  vocab_.reserve(model["vocab"].size());
-  std::string bytes;
+  std::vector<std::string> tokens(max_id + 1);  // model tokens as bytes
   for (const auto& [piece, id_json] : model["vocab"].items()) {
     const int id = id_json.get<int>();
     if (id < 0) return Status::Corruption("negative id for " + piece);
     pieces_[id] = piece;
-    if (!ByteLevelToBytes(piece, &bytes)) bytes = piece;  // not byte-level: decodes as spelled
-    surfaces_[id] = bytes;
-    vocab_.emplace(bytes, id);
-    if (bytes.size() == 1) byte_ids_[static_cast<unsigned char>(bytes[0])] = id;
+    if (!ByteLevelToBytes(piece, &tokens[id])) tokens[id] = piece;  // decodes as spelled
+    surfaces_[id] = tokens[id];
   }
+  bpe_ = ByteBpe(std::move(tokens));
   const json& merges = model["merges"];
-  merges_.reserve(merges.size());
+  std::vector<ByteBpe::Rule> rules;
+  rules.reserve(merges.size());
   std::string left, right;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const json& m = merges[rank];
@@ -214,15 +236,17 @@ Status HfTokenizer::Parse(const std::string& json_text, const std::string& confi
     } else {
       return Status::Corruption("merge " + std::to_string(rank) + " is malformed");
     }
-    if (!ByteLevelToBytes(a, &left) || !ByteLevelToBytes(b, &right)) continue;
-    const auto l = vocab_.find(left), r = vocab_.find(right), joined = vocab_.find(left + right);
-    if (l == vocab_.end() || r == vocab_.end() || joined == vocab_.end()) continue;
-    const uint64_t key = (static_cast<uint64_t>(l->second) << 32) | static_cast<uint32_t>(r->second);
-    merges_.emplace(key, Merge{static_cast<int>(rank), joined->second});  // lowest rank wins
+    // A rule whose parts or result are not tokens can never apply; it keeps its rank slot.
+    ByteBpe::Rule rule{-1, -1, -1};
+    if (ByteLevelToBytes(a, &left) && ByteLevelToBytes(b, &right)) {
+      rule = {bpe_.Find(left), bpe_.Find(right), bpe_.Find(left + right)};
+    }
+    if (rule.left < 0 || rule.right < 0 || rule.merged < 0) rule = {-1, -1, -1};
+    rules.push_back(rule);
   }
+  bpe_.SetRules(rules);
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
-    const auto it = vocab_.find(model["unk_token"].get<std::string>());
-    if (it != vocab_.end()) unk_id_ = it->second;
+    unk_id_ = bpe_.Find(model["unk_token"].get<std::string>());
   }
 
   // Added tokens.
@@ -245,9 +269,11 @@ Status HfTokenizer::Parse(const std::string& json_text, const std::string& confi
     return x.content.size() > y.content.size();
   });
   for (size_t i = 0; i < added_.size(); ++i) {
-    (added_[i].normalized && !j.value("normalizer", json()).is_null() ? normalized_added_
-                                                                       : raw_added_)
-        .push_back(static_cast<int>(i));
+    AddedSet& set = added_[i].normalized && !j.value("normalizer", json()).is_null()
+                        ? normalized_added_
+                        : raw_added_;
+    set.by_first_byte[static_cast<unsigned char>(added_[i].content[0])].push_back(
+        static_cast<int>(i));
   }
 
   // The normalizer: none or NFC.
@@ -349,16 +375,15 @@ std::vector<int> HfTokenizer::EncodeWithSpecialTokens(const std::string& text) c
 }
 
 template <typename OnText, typename OnToken>
-void HfTokenizer::SplitAdded(std::string_view text, const std::vector<int>& set,
-                             bool parse_special, OnText on_text, OnToken on_token) const {
+void HfTokenizer::SplitAdded(std::string_view text, const AddedSet& set, bool parse_special,
+                             OnText on_text, OnToken on_token) const {
   // Pass 1: the matches, leftmost-longest.
   std::vector<std::pair<size_t, const AddedToken*>> found;
-  for (size_t i = 0; i < text.size() && !set.empty();) {
+  for (size_t i = 0; i < text.size();) {
     const AddedToken* match = nullptr;
-    for (int k : set) {
+    for (int k : set.by_first_byte[static_cast<unsigned char>(text[i])]) {
       const AddedToken& t = added_[k];
-      if ((parse_special || !t.special) && t.content[0] == text[i] &&
-          text.compare(i, t.content.size(), t.content) == 0) {
+      if ((parse_special || !t.special) && text.compare(i, t.content.size(), t.content) == 0) {
         match = &t;
         break;
       }
@@ -420,60 +445,26 @@ void HfTokenizer::EncodeSection(std::string_view text, bool parse_special,
 }
 
 void HfTokenizer::EncodePiece(std::string_view piece, std::vector<int>* ids) const {
-  if (piece.empty()) return;
-  if (piece.size() == 1 || ignore_merges_) {
-    const auto it = vocab_.find(std::string(piece));
-    if (it != vocab_.end()) {
-      ids->push_back(it->second);
+  if (ignore_merges_) {
+    const int id = bpe_.Find(piece);
+    if (id >= 0) {
+      ids->push_back(id);
       return;
     }
   }
-  // One symbol per byte, linked; a min-heap of mergeable adjacent pairs by (rank, position).
-  struct Symbol {
-    int id, prev, next;
-  };
-  struct Candidate {
-    int rank, pos, left, right, merged;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : pos > o.pos;
+  std::unique_lock<std::mutex> lock(cache_mu_, std::try_to_lock);
+  if (lock.owns_lock()) {
+    const auto it = cache_.find(piece);
+    if (it != cache_.end()) {
+      ids->insert(ids->end(), it->second.begin(), it->second.end());
+      return;
     }
-  };
-  const int n = static_cast<int>(piece.size());
-  std::vector<Symbol> symbols(n);
-  for (int i = 0; i < n; ++i) {
-    symbols[i] = {byte_ids_[static_cast<unsigned char>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1};
+    lock.unlock();
   }
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-  auto push_pair = [&](int pos) {
-    const int next = symbols[pos].next;
-    if (next < 0 || symbols[pos].id < 0 || symbols[next].id < 0) return;
-    const uint64_t key =
-        (static_cast<uint64_t>(symbols[pos].id) << 32) | static_cast<uint32_t>(symbols[next].id);
-    const auto it = merges_.find(key);
-    if (it != merges_.end()) {
-      heap.push({it->second.rank, pos, symbols[pos].id, symbols[next].id, it->second.id});
-    }
-  };
-  for (int i = 0; i + 1 < n; ++i) push_pair(i);
-  constexpr int kMerged = -2;  // the right half of a merge: gone
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    Symbol& s = symbols[c.pos];
-    if (s.id != c.left || s.next < 0 || symbols[s.next].id != c.right) continue;  // stale
-    symbols[s.next].id = kMerged;
-    s.id = c.merged;
-    s.next = symbols[s.next].next;
-    if (s.next >= 0) symbols[s.next].prev = c.pos;
-    if (s.prev >= 0) push_pair(s.prev);
-    push_pair(c.pos);
-  }
-  for (int i = 0; i >= 0; i = symbols[i].next) {
-    if (symbols[i].id >= 0) {
-      ids->push_back(symbols[i].id);
-    } else if (unk_id_ >= 0) {
-      ids->push_back(unk_id_);  // a byte without a token
-    }
+  const size_t start = ids->size();
+  bpe_.Encode(piece, unk_id_, ids);
+  if (lock.try_lock() && cache_.size() < kPieceCacheSize) {
+    cache_.emplace(cache_keys_.emplace_back(piece), std::vector<int>(ids->begin() + start, ids->end()));
   }
 }
 

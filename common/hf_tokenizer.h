@@ -24,12 +24,15 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "common/byte_bpe.h"
 #include "common/regex_splitter.h"
 #include "common/tokenizer.h"
 
@@ -73,9 +76,9 @@ class HfTokenizer : public Tokenizer {
     std::unique_ptr<RegexSplitter> splitter;  // null: no split
     bool add_prefix_space = false;
   };
-  struct Merge {
-    int rank;
-    int id;  // the merged token
+  // Added tokens to cut out in one pass, by first byte, longest first.
+  struct AddedSet {
+    std::vector<int> by_first_byte[256];  // indices into added_
   };
 
   HfTokenizer() = default;
@@ -88,19 +91,23 @@ class HfTokenizer : public Tokenizer {
   // Splits `text` at the added tokens of `set` (leftmost-longest); calls `on_text` for the
   // text between them and `on_token` for each token.
   template <typename OnText, typename OnToken>
-  void SplitAdded(std::string_view text, const std::vector<int>& set, bool parse_special,
+  void SplitAdded(std::string_view text, const AddedSet& set, bool parse_special,
                   OnText on_text, OnToken on_token) const;
 
   std::vector<std::string> pieces_;            // id -> vocabulary spelling
-  std::unordered_map<std::string, int> vocab_;  // model token as bytes -> id
-  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> merge
-  int byte_ids_[256];                          // byte -> id of its one-byte token, or -1
+  ByteBpe bpe_;                                 // the model, over bytes
+  // Ids of pieces already merged. Filled until kPieceCacheSize entries; a caller that finds the
+  // lock taken merges without it (never waits).
+  static constexpr size_t kPieceCacheSize = 50000;
+  mutable std::mutex cache_mu_;
+  mutable std::deque<std::string> cache_keys_;  // GUARDED_BY(cache_mu_)
+  mutable std::unordered_map<std::string_view, std::vector<int>> cache_;  // GUARDED_BY(cache_mu_)
   bool ignore_merges_ = false;
   int unk_id_ = -1;                            // for bytes without a token; -1: dropped
   bool nfc_ = false;
   std::vector<PreTokenizerStep> pre_tokenizer_;
   std::vector<AddedToken> added_;
-  std::vector<int> raw_added_, normalized_added_;  // indices into added_, by "normalized"
+  AddedSet raw_added_, normalized_added_;  // matched before / after the normalizer
   std::vector<bool> special_;                      // id -> is a special added token
   bool parse_special_by_default_ = true;
   std::vector<int> prefix_ids_, suffix_ids_;

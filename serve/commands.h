@@ -16,5 +16,7 @@ void AddServeCommand(CLI::App& app, int* exit_code);
 void AddTrainCommand(CLI::App& app, int* exit_code);
 // `specloop up`: serve and train as supervised children (serve/up_command.cc).
 void AddUpCommand(CLI::App& app, int* exit_code);
+// `specloop tokenize` and `specloop detokenize` (serve/tokenize_command.cc).
+void AddTokenizeCommand(CLI::App& app, int* exit_code);
 
 }  // namespace specloop

