@@ -189,6 +189,9 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--heldout-fraction", t.heldout_fraction, "records held out for evaluation")
       ->capture_default_str();
+  cmd->add_option("--traffic-half-life", t.traffic_half_life_seconds,
+                  "age half-life of the domain mix (follows traffic shifts), seconds")
+      ->capture_default_str();
   cmd->add_option("--half-life", t.half_life_seconds, "recency half-life of sampling, seconds")
       ->capture_default_str();
   cmd->add_option("--min-gain", t.gate.min_gain, "gate: least overall alpha gain")

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <thread>
 
@@ -82,8 +83,18 @@ Status Trainer::ScanNew(std::vector<Record>* train) {
   const size_t before = heldout_.size();
   ScanOptions so;
   so.since_us = last_scan_us_;
+  // Age-weighted traffic per domain: decay what was counted, add each new record at
+  // 2^(-age / half-life).
+  const double now_us = NowMicros();
+  const double half_life_us = std::max(1.0, options_.traffic_half_life_seconds * 1e6);
+  const double decay =
+      recent_traffic_us_ == 0 ? 1.0 : std::exp2(-(now_us - recent_traffic_us_) / half_life_us);
+  for (auto& [d, n] : recent_traffic_) n *= decay;
+  recent_traffic_us_ = static_cast<uint64_t>(now_us);
   Status s = reader_->Scan(so, [&](size_t, const Record& r) {
     newest = std::max(newest, r.time_us + 1);
+    recent_traffic_[r.domain] +=
+        std::exp2(-std::max(0.0, now_us - static_cast<double>(r.time_us)) / half_life_us);
     if (IsHeldOut(r, options_.heldout_fraction)) {
       AddHeldOut(r);
     } else if (train) {
@@ -178,6 +189,7 @@ Status Trainer::Evaluate(EvalResult* r) {
   set(r->live, "live");
   set(r->candidate, "candidate");
   live_alpha_ = r->live.LoggedByDomain();
+  candidate_alpha_ = r->candidate.LoggedByDomain();
   for (const auto& [d, a] : live_alpha_) best_alpha_[d] = std::max(best_alpha_[d], a);
   return Status::OK();
 }
@@ -221,16 +233,21 @@ Status Trainer::EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalRe
 
 std::map<std::string, double> Trainer::DomainWeights() const {
   std::map<std::string, double> w;
-  const auto counts = reader_->DomainCounts();
   double total = 0;
-  for (const auto& [d, n] : counts) total += static_cast<double>(n);
-  for (const auto& [d, n] : counts) {
+  for (const auto& [d, n] : recent_traffic_) total += n;
+  for (const auto& [d, n] : recent_traffic_) {
     double x = std::max(total > 0 ? n / total : 0.0, options_.min_domain_share);
+    // The gap: how far the live draft fell from its best on d, or the candidate below the
+    // live draft (what would make the gate refuse it for d), whichever is larger.
     auto best = best_alpha_.find(d);
     auto live = live_alpha_.find(d);
-    if (best != best_alpha_.end() && live != live_alpha_.end()) {
-      x *= 1 + options_.alpha_gap_boost * std::max(0.0, best->second - live->second);
+    auto candidate = candidate_alpha_.find(d);
+    double gap = 0;
+    if (live != live_alpha_.end()) {
+      if (best != best_alpha_.end()) gap = std::max(gap, best->second - live->second);
+      if (candidate != candidate_alpha_.end()) gap = std::max(gap, live->second - candidate->second);
     }
+    x *= 1 + options_.alpha_gap_boost * gap;
     w[d] = x;
   }
   return w;

@@ -8,12 +8,15 @@
 // published and training goes on (the reason goes to the log and to
 // specloop_train_checkpoints_rejected_total{reason}).
 //
-// Data. Records are held out by a hash of their request id (training_examples.h). Online,
+// Data. Records are held out by a hash of their prompt (heldout_split.h). Online,
 // training batches come from ReplayReader::Sample: a domain is drawn with weight
-//   max(traffic share, min_domain_share) * (1 + alpha_gap_boost * (best alpha - live alpha))
-// (traffic = records in the buffers; the gap is the domain's fall from the best live alpha
-// seen), then a record of it with recency half-life half_life_seconds, so older data and
-// quieter domains keep being replayed. Offline, epochs run over every training record in a
+//   max(recent traffic share, min_domain_share) * (1 + alpha_gap_boost * gap)
+// (recent traffic = records in the buffers, each weighted 2^(-age / traffic_half_life), so
+// the mix follows a shift in traffic within minutes; the gap, from the last evaluation, is
+// the larger of the live draft's fall from its best alpha on the domain and the candidate's
+// deficit below the live draft there, so a domain being forgotten is trained more), then a
+// record of it with recency half-life half_life_seconds, so older data and quieter domains
+// keep being replayed. Offline, epochs run over every training record in a
 // seeded shuffled order (all records are read into memory).
 //
 // A restarted trainer resumes from `latest` (weights, version, steps and samples; the
@@ -57,8 +60,9 @@ struct TrainerOptions {
   int batch_records = 8;              // records per optimizer step. Default: 8.
   int warmup_steps = 20;              // linear learning-rate warm-up. Default: 20.
   double half_life_seconds = 3600.0;  // recency half-life of online sampling. Default: 1 h.
+  double traffic_half_life_seconds = 300.0;  // age weighting of the domain mix. Default: 5 min.
   double min_domain_share = 0.05;     // domain weight floor (replay). Default: 0.05.
-  double alpha_gap_boost = 4.0;       // domain weight boost per unit of alpha gap. Default: 4.
+  double alpha_gap_boost = 20.0;      // domain weight boost per unit of alpha gap. Default: 20.
   double heldout_fraction = 0.1;      // records held out for evaluation. Default: 0.1.
   size_t max_heldout_per_domain = 256;  // newest held-out records kept per domain.
   int eval_every_steps = 200;         // online: steps between evaluations. Default: 200.
@@ -134,7 +138,9 @@ class Trainer {
   int64_t steps_ = 0, samples_ = 0;
   std::vector<Record> heldout_;
   uint64_t last_scan_us_ = 0;  // records with time_us < this were scanned
-  std::map<std::string, double> live_alpha_, best_alpha_;
+  std::map<std::string, double> live_alpha_, best_alpha_, candidate_alpha_;
+  std::map<std::string, double> recent_traffic_;  // records per domain, age-weighted
+  uint64_t recent_traffic_us_ = 0;                // when recent_traffic_ was last decayed
   Rng rng_;
   TrainerMetrics metrics_;
   metrics::Registry own_registry_;  // used when no registry is given

@@ -5,33 +5,20 @@
 #include <limits>
 
 #include "buffer/half.h"
+#include "trainer/heldout_split.h"
 
 namespace specloop {
 namespace trainer {
 
-namespace {
-
-uint64_t Fnv1a(const std::string& s, uint64_t h = 1469598103934665603ULL) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
-}  // namespace
-
 bool IsHeldOut(const Record& r, double fraction) {
-  if (fraction <= 0) return false;
+  if (r.prompt_len > 0 && r.prompt_len <= r.tokens.size()) {
+    return IsHeldOutPrompt(r.tokens.data(), r.prompt_len, fraction);
+  }
   const std::string key = !r.request_id.empty()
                               ? r.request_id
                               : std::to_string(r.time_us) + "/" + std::to_string(r.worker_id) +
                                     "/" + r.domain;
-  uint64_t h = Fnv1a(key);
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  return static_cast<double>(h >> 11) * 0x1.0p-53 < fraction;
+  return IsHeldOutKey(key, fraction);
 }
 
 void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, int max_positions,

@@ -44,9 +44,9 @@ struct PositionBatch {
 void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, int max_positions,
                         PositionBatch* out);
 
-// Deterministic hold-out: true for about `fraction` of records, chosen by a hash of the
-// request id (of time, worker and domain when the id is empty), so a record is held out in
-// every run and every trainer.
+// Deterministic hold-out (heldout_split.h): true for about `fraction` of records, chosen by a
+// hash of the prompt ids (of the request id, or of time, worker and domain, for a record
+// without a prompt), so all records of one prompt are on one side, in every run and trainer.
 bool IsHeldOut(const Record& record, double fraction);
 
 }  // namespace trainer
