@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "common/llama_model.h"
 #include "common/status.h"
@@ -33,9 +34,11 @@ class DraftSwapHook {
   // draft keeps serving). Must not block.
   virtual void OnInstalled(uint64_t version, const Status& status) {}
 
-  // Called on the scheduler thread after every verification step drafted by `version`: the
-  // live acceptance a swapper compares versions by (rollback). Must be cheap and not block.
-  virtual void ObserveAcceptance(uint64_t version, int drafted, int accepted) {}
+  // Called on the scheduler thread after every verification step drafted by `version` for a
+  // request of `domain` (the metrics' domain label): the live acceptance a swapper compares
+  // versions by (rollback). Must be cheap and not block.
+  virtual void ObserveAcceptance(uint64_t version, const std::string& domain, int drafted,
+                                 int accepted) {}
 };
 
 }  // namespace specloop

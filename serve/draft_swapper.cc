@@ -53,6 +53,7 @@ void DraftSwapper::Consider(const DraftAnnouncement& a) {
     std::lock_guard<std::mutex> lock(mu_);
     if (a.version <= newest_ || refused_.count(a.version)) return;
   }
+  std::cerr << "specloop serve: fetching draft v" << a.version << " (" << a.bytes << " bytes)\n";
   std::string dir;
   Status s = fetcher_->Fetch(a, options_.staging_dir, &dir);
   if (!s.ok()) {
@@ -95,12 +96,13 @@ void DraftSwapper::OnInstalled(uint64_t version, const Status& status) {
   previous_ = installed_.load();
   has_previous_ = true;
   installed_ = version;
-  live_[version] = Live();  // judge a (re)installed version on its own traffic from now on
+  live_[version].clear();  // judge a (re)installed version on its own traffic from now on
 }
 
-void DraftSwapper::ObserveAcceptance(uint64_t version, int drafted, int accepted) {
+void DraftSwapper::ObserveAcceptance(uint64_t version, const std::string& domain, int drafted,
+                                     int accepted) {
   std::lock_guard<std::mutex> lock(mu_);
-  Live& l = live_[version];
+  Live& l = live_[version][domain];
   l.successes += accepted;
   l.failures += accepted < drafted ? 1 : 0;
   l.steps++;
@@ -114,18 +116,29 @@ void DraftSwapper::MaybeRollBack() {
     current = installed_;
     back = previous_;
     if (!has_previous_ || ready_.model || refused_.count(current) || refused_.count(back)) return;
-    const Live& now = live_[current];
-    const Live& before = live_[back];
-    if (now.steps < options_.rollback_min_steps || before.steps < options_.rollback_min_steps ||
-        now.alpha() >= before.alpha() - options_.rollback_margin) {
-      return;
+    // Step-weighted alphas of both versions over the domains both have enough steps on.
+    double now_alpha = 0, before_alpha = 0, weight = 0;
+    const auto& before_domains = live_[back];
+    for (const auto& [domain, now] : live_[current]) {
+      auto it = before_domains.find(domain);
+      if (it == before_domains.end() || now.steps < options_.rollback_min_steps ||
+          it->second.steps < options_.rollback_min_steps) {
+        continue;
+      }
+      now_alpha += now.steps * now.alpha();
+      before_alpha += now.steps * it->second.alpha();
+      weight += now.steps;
     }
+    if (weight == 0) return;
+    now_alpha /= weight;
+    before_alpha /= weight;
+    if (now_alpha >= before_alpha - options_.rollback_margin) return;
     auto it = dirs_.find(back);
     if (it == dirs_.end()) return;
     dir = it->second;
-    std::cerr << "specloop serve: draft v" << current << " live alpha " << now.alpha()
-              << " is below v" << back << "'s " << before.alpha() << ": rolling back to v" << back
-              << "\n";
+    std::cerr << "specloop serve: draft v" << current << " live alpha " << now_alpha
+              << " is below v" << back << "'s " << before_alpha
+              << " on the same domains: rolling back to v" << back << "\n";
     refused_.insert(current);
   }
   std::unique_ptr<LlamaModel> model;

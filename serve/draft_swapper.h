@@ -7,10 +7,13 @@
 // (`announcement`, `transfer`, `incompatible`, `load`) and never retried; the old draft keeps
 // serving.
 //
-// Rollback: the scheduler reports live acceptance per version (ObserveAcceptance). Once the
-// current version and its predecessor each have `rollback_min_steps` steps, a current alpha
-// below the predecessor's by more than `rollback_margin` reinstalls the predecessor (counted,
-// and said on stderr); the rolled-back version is never installed again.
+// Rollback: the scheduler reports live acceptance per version and domain
+// (ObserveAcceptance). Versions are compared on the domains where both have at least
+// `rollback_min_steps` steps (alpha differs between domains far more than between versions,
+// so a version that went live as traffic shifted to a harder domain is not judged worse for
+// it): when the current version's alpha, averaged over those domains weighted by its steps,
+// is below the predecessor's by more than `rollback_margin`, the predecessor is reinstalled
+// (counted, and said on stderr); the rolled-back version is never installed again.
 #pragma once
 
 #include <atomic>
@@ -63,7 +66,8 @@ class DraftSwapper : public DraftSwapHook {
 
   bool TakeReady(DraftCandidate* out) override;
   void OnInstalled(uint64_t version, const Status& status) override;
-  void ObserveAcceptance(uint64_t version, int drafted, int accepted) override;
+  void ObserveAcceptance(uint64_t version, const std::string& domain, int drafted,
+                         int accepted) override;
 
  private:
   DraftSwapper(const DraftSwapperOptions& options, const ModelConfig& target_config,
@@ -98,7 +102,7 @@ class DraftSwapper : public DraftSwapHook {
   bool has_previous_ = false;                   // GUARDED_BY(mu_)
   std::set<uint64_t> refused_;                  // GUARDED_BY(mu_)
   std::map<uint64_t, std::string> dirs_;        // GUARDED_BY(mu_): version -> checkpoint dir
-  std::map<uint64_t, Live> live_;               // GUARDED_BY(mu_)
+  std::map<uint64_t, std::map<std::string, Live>> live_;  // by version, domain; GUARDED_BY(mu_)
 };
 
 }  // namespace specloop

@@ -302,7 +302,9 @@ void Scheduler::Step() {
       }
       metrics_->ObserveStep(seq->series, seq->k, drafted, accepted,
                             static_cast<int>(emitted.size()));
-      if (swap_hook_ && drafted > 0) swap_hook_->ObserveAcceptance(draft_version_, drafted, accepted);
+      if (swap_hook_ && drafted > 0) {
+        swap_hook_->ObserveAcceptance(draft_version_, seq->series->label, drafted, accepted);
+      }
       if (drafted > 0 && seq->draft_seconds > 0) {
         metrics_->ObserveDraftForward(seq->draft_seconds);
       }

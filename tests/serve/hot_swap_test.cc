@@ -203,5 +203,28 @@ TEST(HotSwap, RollsBackAVersionWhoseLiveAlphaIsClearlyWorse) {
   EXPECT_EQ(r["speculative"]["draft_version"], 0) << r.dump();
 }
 
+TEST(HotSwap, ComparesVersionsOnlyOnTheDomainsBothServed) {
+  // Version 0 (draft-mix-1m) serves prose, where it accepts ~0.7 per token; version 1
+  // (draft-prose-1m) then serves only python, where it accepts ~0.1. Judged overall, v1 looks
+  // clearly worse (the rollback above would fire); on common domains there is nothing to
+  // compare, so v1 stays: a draft that went live as traffic shifted is not blamed for it.
+  SwapStack st(/*rollback_min_steps=*/40);
+  ASSERT_TRUE(WaitFor([&] { return st.publisher->subscriptions() >= 1; }, 10));
+  const json prose = {{"prompt", "Once upon a time, there was a little"}, {"max_tokens", 64},
+                      {"temperature", 0}, {"ignore_eos", true}, {"domain", "prose"}};
+  const json python = {{"prompt", "def decode(input, errors='strict'):\n    return codecs."},
+                       {"max_tokens", 64}, {"temperature", 0}, {"ignore_eos", true},
+                       {"domain", "python"}};
+  for (int i = 0; i < 3; ++i) Post(st.port, prose);
+  MakeCheckpoint(st.root, 1, serve_test::Shared() + "/models/draft-prose-1m");
+  ASSERT_TRUE(st.publisher->Publish(1).ok());
+  ASSERT_TRUE(WaitFor([&] { return st.scheduler->draft_version() == 1; }));
+  for (int i = 0; i < 4; ++i) Post(st.port, python);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // 3 rollback checks
+  EXPECT_EQ(st.scheduler->draft_version(), 1u);
+  EXPECT_NE(st.Metrics().find("specloop_draft_rollbacks_total 0"), std::string::npos)
+      << st.Metrics();
+}
+
 }  // namespace
 }  // namespace specloop
