@@ -10,7 +10,8 @@
 // the other keeps running, so the server goes on answering while its trainer restarts and
 // then follows the new trainer (it asks for the latest draft when it reconnects).
 // SIGINT/SIGTERM stop both children (SIGTERM, SIGKILL after 20 s); exit 0 when both stopped
-// cleanly. Ports given as 0 are chosen once at start and kept across restarts.
+// cleanly. Ports given as 0 are chosen once at start and kept across restarts. With
+// --no-train only the server runs, with its draft fixed.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -35,6 +36,7 @@ struct UpArgs {
   std::string target, draft, data = "./specloop-data", host = "127.0.0.1";
   int port = 8000, trainer_metrics_port = 9091, trainer_pub_port = 0, trainer_router_port = 0;
   double max_backoff_seconds = 30;
+  bool no_train = false;
   std::vector<std::string> serve_args, train_args;
 };
 
@@ -86,9 +88,11 @@ int RunUp(UpArgs a) {
   serve.name = "serve";
   serve.argv = {exe,      "serve",         "--target",           a.target,
                 "--draft", a.draft,        "--host",             a.host,
-                "--port",  std::to_string(a.port), "--buffer",   buffer,
-                "--draft-staging", drafts, "--trainer-endpoint", pub,
-                "--trainer-router", router};
+                "--port",  std::to_string(a.port), "--buffer",   buffer};
+  if (!a.no_train) {
+    serve.argv.insert(serve.argv.end(), {"--draft-staging", drafts, "--trainer-endpoint", pub,
+                                         "--trainer-router", router});
+  }
   serve.argv.insert(serve.argv.end(), a.serve_args.begin(), a.serve_args.end());
   serve.ready_text = "specloop serve: listening on";
   ChildSpec train;
@@ -105,12 +109,16 @@ int RunUp(UpArgs a) {
   so.max_backoff_seconds = a.max_backoff_seconds;
   Supervisor sup(so);
   sup.Add(std::move(serve));
-  sup.Add(std::move(train));
+  if (!a.no_train) sup.Add(std::move(train));
   sup.StopOnSignals();
-  std::printf("specloop up: data %s; serving on http://%s:%d (status page /, metrics /metrics); "
-              "trainer metrics on http://127.0.0.1:%d/metrics; drafts over %s and %s\n",
-              a.data.c_str(), a.host.c_str(), a.port, a.trainer_metrics_port, pub.c_str(),
-              router.c_str());
+  std::printf("specloop up: data %s; serving on http://%s:%d (status page /, metrics /metrics); ",
+              a.data.c_str(), a.host.c_str(), a.port);
+  if (a.no_train) {
+    std::printf("no trainer (the draft stays fixed)\n");
+  } else {
+    std::printf("trainer metrics on http://127.0.0.1:%d/metrics; drafts over %s and %s\n",
+                a.trainer_metrics_port, pub.c_str(), router.c_str());
+  }
   std::fflush(stdout);
   Status s = sup.Run();
   if (!s.ok()) {
@@ -144,6 +152,8 @@ void AddUpCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--max-backoff", a->max_backoff_seconds, "longest restart delay, seconds")
       ->capture_default_str();
+  cmd->add_flag("--no-train", a->no_train,
+               "serve only: no trainer, the draft stays fixed (still logged to the buffer)");
   cmd->add_option("--serve-arg", a->serve_args,
                   "extra argument for `specloop serve` (repeatable; --serve-arg=--k=4)");
   cmd->add_option("--train-arg", a->train_args,
