@@ -51,10 +51,12 @@ Status DraftAnnouncement::FromJson(const std::string& json, DraftAnnouncement* o
   auto uint_field = [&](const char* k) {
     return j.contains(k) && j[k].is_number_unsigned();
   };
-  if (!uint_field("version") || j["version"].get<uint64_t>() == 0 || !uint_field("bytes") ||
+  if (!uint_field("version") || j["version"].get<uint64_t>() == 0 ||
+      j["version"].get<uint64_t>() > kMaxDraftVersion || !uint_field("bytes") ||
       !j.contains("sha256") || !j["sha256"].is_string() ||
       !IsHex64(j["sha256"].get<std::string>())) {
-    return Status::InvalidArgument("announcement needs version >= 1, bytes and a hex sha256");
+    return Status::InvalidArgument("announcement needs a version in 1.." +
+                                   std::to_string(kMaxDraftVersion) + ", bytes and a hex sha256");
   }
   DraftAnnouncement a;
   a.version = j["version"].get<uint64_t>();
@@ -79,6 +81,7 @@ bool ParseVersionDirName(const std::string& name, uint64_t* version) {
   for (size_t i = 1; i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return false;
     v = v * 10 + static_cast<uint64_t>(name[i] - '0');
+    if (v > kMaxDraftVersion) return false;
   }
   if (v == 0) return false;
   *version = v;
@@ -144,7 +147,8 @@ Status UnpackCheckpointBundle(const std::string& bundle, const std::string& dir)
     for (const char* f : kBundleFiles) known |= name == f;
     for (const auto& f : files) known &= f.first != name;
     if (sp == std::string::npos || !known || sp + 1 >= line.size() ||
-        line.find_first_not_of("0123456789", sp + 1) != std::string::npos || line.size() > 40) {
+        line.find_first_not_of("0123456789", sp + 1) != std::string::npos ||
+        line.size() - sp - 1 > 19 || line.size() > 40) {  // 19 digits: stoull cannot overflow
       return Status::Corruption("checkpoint bundle: bad file header '" + line + "'");
     }
     const uint64_t size = std::stoull(line.substr(sp + 1));

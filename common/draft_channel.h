@@ -55,6 +55,11 @@ class context_t;
 
 namespace specloop {
 
+// Versions are 1 .. kMaxDraftVersion (12 decimal digits), so a version name is at most
+// "v" + 12 digits and a counter can never wrap; larger numbers from the network or from disk
+// are refused like malformed ones.
+constexpr uint64_t kMaxDraftVersion = 999999999999ull;
+
 struct DraftAnnouncement {
   uint64_t version = 0;
   std::string sha256;         // of the bundle, 64 lowercase hex digits
@@ -62,15 +67,16 @@ struct DraftAnnouncement {
   std::string config_sha256;  // of config.json; empty when not given
 
   std::string ToJson() const;
-  // InvalidArgument unless `json` holds version (integer >= 1), sha256 (64 hex digits) and
-  // bytes (integer); config_sha256 is optional.
+  // InvalidArgument unless `json` holds version (integer in 1 .. kMaxDraftVersion), sha256
+  // (64 hex digits) and bytes (integer); config_sha256 is optional.
   static Status FromJson(const std::string& json, DraftAnnouncement* out);
 };
 
 // "v000042" for 42 (at least six digits). The only way a version becomes a path.
 std::string VersionDirName(uint64_t version);
-// Parses "v" + digits (as VersionDirName writes them, or longer) into *version >= 1; false for
-// anything else ("v0", "v12/..", "latest", "v-1").
+// Parses "v" + digits (as VersionDirName writes them, or longer) into *version in
+// 1 .. kMaxDraftVersion; false for anything else ("v0", "v12/..", "latest", "v-1", more than
+// 12 digits of value).
 bool ParseVersionDirName(const std::string& name, uint64_t* version);
 
 // SHA-256 in lowercase hex.

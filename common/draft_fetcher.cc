@@ -1,5 +1,8 @@
 // DraftFetcher: the worker's side of the draft channel (protocol in draft_channel.h).
+#include <zmq.h>
+
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -13,9 +16,79 @@ namespace specloop {
 
 namespace fs = std::filesystem;
 
+// libzmq ends a connection whose handshake failed (a peer without the trainer's CURVE key, or
+// without CURVE) for good: the socket never reconnects, not even when the real trainer comes
+// back on the endpoint. So the fetcher watches both sockets' handshake failures through
+// socket monitors and, at most once per kReopenIntervalMs, closes and reopens them.
+constexpr int kReopenIntervalMs = 1000;
+constexpr int kHandshakeFailed = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+
 struct DraftFetcher::Impl {
+  zmq::context_t* context = nullptr;
   FetcherOptions options;
+  std::string public_key, secret_key;  // this worker's CURVE pair (when curve_server_key)
   zmq::socket_t sub, dealer;
+  zmq::socket_t sub_monitor, dealer_monitor;  // PAIRs receiving handshake-failure events
+  bool reopen_due = false;
+  std::chrono::steady_clock::time_point last_open;
+  uint64_t opens = 0;
+
+  // (Re)creates both sockets and their monitors and connects them.
+  void Open() {
+    for (zmq::socket_t* s : {&sub_monitor, &dealer_monitor, &sub, &dealer}) {
+      if (s->handle() != nullptr) s->close();
+    }
+    sub = zmq::socket_t(*context, zmq::socket_type::sub);
+    dealer = zmq::socket_t(*context, zmq::socket_type::dealer);
+    for (zmq::socket_t* s : {&sub, &dealer}) {
+      s->set(zmq::sockopt::linger, 0);
+      if (!options.curve_server_key.empty()) {
+        s->set(zmq::sockopt::curve_serverkey, options.curve_server_key);
+        s->set(zmq::sockopt::curve_publickey, public_key);
+        s->set(zmq::sockopt::curve_secretkey, secret_key);
+      }
+    }
+    sub_monitor = Monitor(&sub, "sub");
+    dealer_monitor = Monitor(&dealer, "dealer");
+    sub.set(zmq::sockopt::subscribe, "draft");
+    sub.connect(options.pub_endpoint);
+    dealer.connect(options.router_endpoint);
+    reopen_due = false;
+    last_open = std::chrono::steady_clock::now();
+    ++opens;
+  }
+
+  // A PAIR socket receiving `socket`'s handshake-failure events.
+  zmq::socket_t Monitor(zmq::socket_t* socket, const char* name) {
+    const std::string endpoint = "inproc://specloop-fetcher-" +
+                                 std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" +
+                                 std::to_string(opens) + "-" + name;
+    if (zmq_socket_monitor(socket->handle(), endpoint.c_str(), kHandshakeFailed) != 0) {
+      throw zmq::error_t();
+    }
+    zmq::socket_t pair(*context, zmq::socket_type::pair);
+    pair.set(zmq::sockopt::linger, 0);
+    pair.connect(endpoint);
+    return pair;
+  }
+
+  // Drains the monitors; reopens the sockets when a handshake failed and the last reopen is
+  // old enough (a later call does it otherwise).
+  void ReopenAfterFailedHandshake() {
+    for (zmq::socket_t* m : {&sub_monitor, &dealer_monitor}) {
+      zmq::message_t event;
+      while (m->recv(event, zmq::recv_flags::dontwait)) {
+        if (!event.more()) continue;  // the second frame (the endpoint)
+        reopen_due = true;
+      }
+    }
+    if (reopen_due && std::chrono::steady_clock::now() - last_open >=
+                          std::chrono::milliseconds(kReopenIntervalMs)) {
+      Open();
+    }
+  }
 
   // Sends `request` and waits for its reply (replies to earlier requests are dropped).
   Status Request(const std::string& request, nlohmann::json* header, std::string* body) {
@@ -28,8 +101,13 @@ struct DraftFetcher::Impl {
             deadline - Clock::now());
         if (left.count() <= 0) return Status::IOError("draft fetcher: no reply to " + request);
         zmq::pollitem_t item = {dealer.handle(), 0, ZMQ_POLLIN, 0};
-        zmq::poll(&item, 1, left);
-        if (!(item.revents & ZMQ_POLLIN)) continue;
+        zmq::poll(&item, 1, std::min(left, std::chrono::milliseconds(kReopenIntervalMs)));
+        if (!(item.revents & ZMQ_POLLIN)) {
+          const uint64_t before = opens;
+          ReopenAfterFailedHandshake();
+          if (opens != before) dealer.send(zmq::buffer(request), zmq::send_flags::none);
+          continue;
+        }
         zmq::multipart_t reply;
         if (!reply.recv(dealer, ZMQ_DONTWAIT)) continue;
         if (reply.size() != 2) return Status::Corruption("draft fetcher: malformed reply");
@@ -63,25 +141,15 @@ Status DraftFetcher::Open(zmq::context_t* context, const FetcherOptions& options
                           std::unique_ptr<DraftFetcher>* out) {
   std::unique_ptr<DraftFetcher> f(new DraftFetcher());
   Impl& m = *f->impl_;
+  m.context = context;
   m.options = options;
-  std::string pub_key = options.curve_public_key, sec_key = options.curve_secret_key;
-  if (!options.curve_server_key.empty() && (pub_key.empty() || sec_key.empty())) {
-    SPECLOOP_RETURN_IF_ERROR(GenerateCurveKeyPair(&pub_key, &sec_key));
+  m.public_key = options.curve_public_key;
+  m.secret_key = options.curve_secret_key;
+  if (!options.curve_server_key.empty() && (m.public_key.empty() || m.secret_key.empty())) {
+    SPECLOOP_RETURN_IF_ERROR(GenerateCurveKeyPair(&m.public_key, &m.secret_key));
   }
   try {
-    m.sub = zmq::socket_t(*context, zmq::socket_type::sub);
-    m.dealer = zmq::socket_t(*context, zmq::socket_type::dealer);
-    for (zmq::socket_t* s : {&m.sub, &m.dealer}) {
-      s->set(zmq::sockopt::linger, 0);
-      if (!options.curve_server_key.empty()) {
-        s->set(zmq::sockopt::curve_serverkey, options.curve_server_key);
-        s->set(zmq::sockopt::curve_publickey, pub_key);
-        s->set(zmq::sockopt::curve_secretkey, sec_key);
-      }
-    }
-    m.sub.set(zmq::sockopt::subscribe, "draft");
-    m.sub.connect(options.pub_endpoint);
-    m.dealer.connect(options.router_endpoint);
+    m.Open();
   } catch (const zmq::error_t& e) {
     return Status::IOError(std::string("draft fetcher: ") + e.what());
   }
@@ -91,6 +159,7 @@ Status DraftFetcher::Open(zmq::context_t* context, const FetcherOptions& options
 
 Status DraftFetcher::WaitAnnouncement(int timeout_ms, DraftAnnouncement* out) {
   try {
+    impl_->ReopenAfterFailedHandshake();
     zmq::pollitem_t item = {impl_->sub.handle(), 0, ZMQ_POLLIN, 0};
     zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
     if (!(item.revents & ZMQ_POLLIN)) return Status::NotFound("no announcement");

@@ -123,6 +123,7 @@ struct DraftPublisher::Impl {
     }
     uint64_t v = 0, off = 0, len = 0;
     if (parts.size() != 4 || parts[0] != "get" || !ParseDecimal(parts[1], &v) || v == 0 ||
+        v > kMaxDraftVersion ||
         !ParseDecimal(parts[2], &off) || !ParseDecimal(parts[3], &len)) {
       return fail("invalid_argument", "expected 'latest' or 'get <version> <offset> <len>'");
     }

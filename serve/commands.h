@@ -18,5 +18,7 @@ void AddTrainCommand(CLI::App& app, int* exit_code);
 void AddUpCommand(CLI::App& app, int* exit_code);
 // `specloop tokenize` and `specloop detokenize` (serve/tokenize_command.cc).
 void AddTokenizeCommand(CLI::App& app, int* exit_code);
+// `specloop keygen DIR`: the trainer's CURVE key pair (serve/keygen_command.cc).
+void AddKeygenCommand(CLI::App& app, int* exit_code);
 
 }  // namespace specloop

@@ -197,6 +197,12 @@ bool ParseCompletionRequest(const std::string& body, const std::string& header_d
                     " tokens; the prompt has " + std::to_string(plen) + " tokens",
                 "prompt", "context_length_exceeded");
   }
+  if (plen > limits.max_prompt_tokens) {
+    return Fail(error, 400,
+                "The prompt has " + std::to_string(plen) + " tokens; this server accepts at most " +
+                    std::to_string(limits.max_prompt_tokens),
+                "prompt", "prompt_too_long");
+  }
   if (!max_tokens_given) max_tokens = std::min<int64_t>(max_tokens, ctx - plen);
   if (plen + max_tokens > ctx) {
     return Fail(error, 400,

@@ -33,6 +33,8 @@ struct CompletionLimits {
   const Tokenizer* tokenizer = nullptr;
   // Largest max_tokens accepted. Default: no limit beyond the context.
   int max_tokens_limit = 1 << 30;
+  // Longest prompt in tokens (BOS included). Default: no limit beyond the context.
+  int max_prompt_tokens = 1 << 30;
   // Longest accepted domain label, in bytes. Default: 64.
   size_t max_domain_bytes = 64;
 };

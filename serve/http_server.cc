@@ -7,6 +7,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "serve/api_key.h"
 #include "serve/sample_logger.h"
 #include "serve/status_page.h"
 
@@ -51,6 +52,12 @@ ApiError ServerError(int status, const std::string& message) {
   return e;
 }
 
+// The routes that stay open when an API key is set (probes, scrapes, the status page).
+bool IsOpenRoute(const httplib::Request& req) {
+  return req.method == "GET" && (req.path == "/health" || req.path == "/metrics" ||
+                                 req.path == "/" || req.path == "/status.json");
+}
+
 }  // namespace
 
 HttpServer::HttpServer(const HttpServerOptions& options, Scheduler* scheduler,
@@ -68,6 +75,7 @@ HttpServer::HttpServer(const HttpServerOptions& options, Scheduler* scheduler,
   limits_.config = config;
   limits_.tokenizer = tokenizer;
   limits_.max_tokens_limit = options.max_tokens_limit;
+  limits_.max_prompt_tokens = options.max_prompt_tokens;
   Routes();
 }
 
@@ -81,6 +89,11 @@ Status HttpServer::Bind(int* port) {
   const int threads = std::max(4, options_.threads);
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_payload_max_length(options_.max_body_bytes);
+  server_->set_read_timeout(std::max(1, options_.read_timeout_seconds), 0);
+  server_->set_write_timeout(std::max(1, options_.write_timeout_seconds), 0);
+  server_->set_keep_alive_timeout(std::max(1, options_.keep_alive_timeout_seconds));
+  server_->set_keep_alive_max_count(
+      static_cast<size_t>(std::max(1, options_.keep_alive_max_requests)));
   int bound = -1;
   if (options_.port == 0) {
     bound = server_->bind_to_any_port(options_.host);
@@ -109,6 +122,26 @@ void HttpServer::Routes() {
     res.status = e.status;
     res.set_content(Dump(e.ToJson()), kJson);
   };
+
+  // The API key is checked before routing, so an unauthenticated body is never parsed.
+  if (!options_.api_key.empty()) {
+    server_->set_pre_routing_handler([this, send_error](const httplib::Request& req,
+                                                        httplib::Response& res) {
+      if (IsOpenRoute(req) ||
+          BearerTokenMatches(req.get_header_value("Authorization"), options_.api_key)) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      ApiError e;
+      e.status = 401;
+      e.code = "invalid_api_key";
+      e.message = req.has_header("Authorization")
+                      ? "Incorrect API key provided."
+                      : "You didn't provide an API key (Authorization: Bearer KEY).";
+      res.set_header("WWW-Authenticate", "Bearer");
+      send_error(res, e);
+      return httplib::Server::HandlerResponse::Handled;
+    });
+  }
 
   server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const bool ok = scheduler_->running();
@@ -260,8 +293,9 @@ void HttpServer::Routes() {
         });
   });
 
-  server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
+  server_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // a handler's own error, already counted
+    metrics_->ObserveHttpError(res.status);
     ApiError e;
     e.status = res.status;
     e.message = res.status == 404   ? "no route for " + req.method + " " + req.path

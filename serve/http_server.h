@@ -10,8 +10,15 @@
 //
 // Handler threads never touch a model: they wait on (or stream from) the request's channel.
 // A streaming client that disconnects cancels its request. Errors are OpenAI error objects:
-// 400 bad input, 404 unknown model or route, 413 body too large, 429 queue full, 503 shutting
-// down, 500 engine failure; none of them stops the server.
+// 400 bad input, 401 missing or wrong API key, 404 unknown model or route, 413 body too large,
+// 429 queue full, 503 shutting down, 500 engine failure; none of them stops the server, and
+// each is counted in specloop_http_errors_total{code}.
+//
+// Security limits (HttpServerOptions): with an api_key every route but GET /health, /metrics,
+// / and /status.json needs "Authorization: Bearer KEY" (compared in constant time); bodies,
+// prompt tokens and max_tokens are bounded; a client that stalls mid-request, or stops
+// reading a response, is disconnected after read/write_timeout_seconds; idle keep-alive
+// connections are closed after keep_alive_timeout_seconds.
 #pragma once
 
 #include <atomic>
@@ -49,7 +56,21 @@ struct HttpServerOptions {
   std::string target_id;
   // Largest max_tokens a request may ask for. Default: the context limit.
   int max_tokens_limit = 1 << 30;
+  // Longest prompt in tokens (BOS included); 400 beyond. Default: the context limit.
+  int max_prompt_tokens = 1 << 30;
+  // Bearer token required on every route but the open ones (see above); empty: none.
+  // Default: empty.
+  std::string api_key;
+  // Seconds one read of a request (headers, body) or one write of a response may wait before
+  // the connection is dropped. Default: 10 and 10.
+  int read_timeout_seconds = 10;
+  int write_timeout_seconds = 10;
+  // An idle keep-alive connection is closed after this many seconds, and after this many
+  // requests. Default: 5 and 100.
+  int keep_alive_timeout_seconds = 5;
+  int keep_alive_max_requests = 100;
 };
+
 
 class HttpServer {
  public:

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   specloop::AddTrainCommand(app, &exit_code);
   specloop::AddUpCommand(app, &exit_code);
   specloop::AddTokenizeCommand(app, &exit_code);
+  specloop::AddKeygenCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -32,6 +32,12 @@ struct ServeArgs {
   std::string device = "cpu", model_name;
   int port = 8000, max_batch = 16, threads = 1, http_threads = 96, log_top_k = 64;
   int max_waiting = 64, max_domains = 16, k_max = 8;
+  // Security limits (HttpServerOptions); 0 for the two token limits means the context.
+  std::string api_key;
+  size_t max_body_bytes = 1 << 20;
+  int max_prompt_tokens = 0, max_tokens = 0;
+  int read_timeout = 10, write_timeout = 10, keep_alive_timeout = 5, keep_alive_max = 100;
+  uint64_t draft_chunk_bytes = 1u << 20;
   uint32_t worker_id = 0;
   bool no_log = false;
 };
@@ -129,6 +135,7 @@ int RunServe(const ServeArgs& a) {
     wo.fetcher.router_endpoint =
         a.trainer_router.empty() ? NextPort(a.trainer_endpoint) : a.trainer_router;
     wo.fetcher.curve_server_key = a.trainer_public_key;
+    wo.fetcher.chunk_bytes = a.draft_chunk_bytes;
     wo.staging_dir = !a.draft_staging.empty() ? a.draft_staging
                      : !a.buffer.empty()      ? a.buffer + "-drafts"
                                               : "specloop-drafts";
@@ -162,6 +169,14 @@ int RunServe(const ServeArgs& a) {
   ho.model_name = a.model_name.empty() ? BaseName(a.target) : a.model_name;
   ho.worker_id = a.worker_id;
   ho.target_id = target_id;
+  ho.api_key = a.api_key;
+  ho.max_body_bytes = a.max_body_bytes;
+  if (a.max_prompt_tokens > 0) ho.max_prompt_tokens = a.max_prompt_tokens;
+  if (a.max_tokens > 0) ho.max_tokens_limit = a.max_tokens;
+  ho.read_timeout_seconds = a.read_timeout;
+  ho.write_timeout_seconds = a.write_timeout;
+  ho.keep_alive_timeout_seconds = a.keep_alive_timeout;
+  ho.keep_alive_max_requests = a.keep_alive_max;
   HttpServer server(ho, &scheduler, metrics.get(), tokenizer.get(), &target->config(),
                     logger.get(), sample_logger.get());
   int port = 0;
@@ -170,9 +185,9 @@ int RunServe(const ServeArgs& a) {
     std::cerr << "specloop serve: " << s.ToString() << "\n";
     return 1;
   }
-  std::printf("specloop serve: listening on http://%s:%d (model %s, k %s, logging %s)\n",
+  std::printf("specloop serve: listening on http://%s:%d (model %s, k %s, logging %s, api key %s)\n",
               a.host.c_str(), port, ho.model_name.c_str(), a.k.c_str(),
-              logger ? a.buffer.c_str() : "off");
+              logger ? a.buffer.c_str() : "off", a.api_key.empty() ? "off" : "on");
   std::fflush(stdout);
 
   if (pipe(g_signal_pipe) != 0) {
@@ -223,6 +238,37 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "the trainer's CURVE public key (Z85): authenticate the trainer");
   cmd->add_option("--draft-staging", a->draft_staging,
                   "where fetched drafts are unpacked (default: BUFFER-drafts)");
+  cmd->add_option("--draft-chunk-bytes", a->draft_chunk_bytes,
+                  "bytes asked per chunk when fetching a draft")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{64} << 20))
+      ->capture_default_str();
+  cmd->add_option("--api-key", a->api_key,
+                  "require 'Authorization: Bearer KEY' on /v1/* (prefer $SPECLOOP_API_KEY: "
+                  "arguments show in ps)")
+      ->envname("SPECLOOP_API_KEY");
+  cmd->add_option("--max-body-bytes", a->max_body_bytes, "largest request body (413 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--max-prompt-tokens", a->max_prompt_tokens,
+                  "longest prompt in tokens (400 beyond; 0 = the context)")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens", a->max_tokens,
+                  "largest max_tokens a request may ask (400 beyond; 0 = the context)")
+      ->capture_default_str();
+  cmd->add_option("--read-timeout", a->read_timeout,
+                  "seconds a stalled client may take per read of its request")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", a->write_timeout,
+                  "seconds a client that stops reading may block one write")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  cmd->add_option("--keep-alive-timeout", a->keep_alive_timeout,
+                  "seconds an idle keep-alive connection is kept")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  cmd->add_option("--keep-alive-max", a->keep_alive_max, "requests per keep-alive connection")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   cmd->add_option("--max-batch", a->max_batch, "most sequences per batch")->capture_default_str();
   cmd->add_option("--max-waiting", a->max_waiting, "most queued requests (429 beyond)")
       ->capture_default_str();

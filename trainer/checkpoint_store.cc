@@ -117,6 +117,9 @@ uint64_t CheckpointStore::Latest() const {
 
 Status CheckpointStore::Save(const LlamaModel& model, CheckpointMeta* meta) {
   const uint64_t version = std::max(HighestVersion(), Latest()) + 1;
+  if (version > kMaxDraftVersion) {
+    return Status::InvalidArgument("checkpoint versions exhausted in " + root_);
+  }
   const std::string final_dir = Dir(version);
   const std::string tmp = root_ + "/." + VersionDirName(version) + ".tmp";
   std::error_code ec;

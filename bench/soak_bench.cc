@@ -1,0 +1,301 @@
+// Soak: `specloop up` (server + trainer publishing drafts) under N concurrent clients for a
+// long time. Every interval it prints JSON lines (name, params, value, unit): requests and
+// errors in the interval, p50/p99 latency, resident memory of the server and the trainer
+// (/proc/PID/status VmRSS), the served draft version; at the end a summary with the RSS growth
+// between the end of the warm-up and the end of the run.
+//
+//   soak_bench [--clients 32] [--minutes 20] [--interval 60] [--warmup-minutes 2]
+//              [--max-tokens 32] [--data DIR] [--keep-data] [--up-arg ARG ...]
+//
+// The trainer gets a loose gate by default (--eval-every 50, --min-gain -1,
+// --max-domain-regression 1), so it publishes and the server swaps drafts during the run: the
+// soak is about staying up and bounded, not about draft quality.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+void Emit(const std::string& name, const json& params, double value, const std::string& unit) {
+  std::cout << json{{"name", name}, {"params", params}, {"value", value}, {"unit", unit}}.dump()
+            << std::endl;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+// VmRSS of `pid` in MiB (0 when unreadable).
+double RssMiB(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+// The last pid logged as "started NAME (pid N)" in `log`, or 0.
+int ChildPid(const std::string& log, const std::string& name) {
+  std::ifstream in(log);
+  std::string line;
+  int pid = 0;
+  const std::regex r("started " + name + " \\(pid (\\d+)\\)");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, r)) pid = std::stoi(m[1].str());
+  }
+  return pid;
+}
+
+int FreePort() {
+  httplib::Server s;
+  const int port = s.bind_to_any_port("127.0.0.1");
+  return port;
+}
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Prompts of every domain in shared/prompts, as JSON strings.
+std::vector<std::pair<std::string, std::string>> LoadPrompts(const std::string& shared) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const char* d : {"prose", "python", "c", "legal", "docs"}) {
+    std::ifstream in(shared + "/prompts/" + d + ".jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) {
+        out.emplace_back(d, j["prompt"].get<std::string>());
+      }
+    }
+  }
+  return out;
+}
+
+struct Window {
+  std::mutex mu;
+  std::vector<double> latencies;  // seconds, successful requests
+  int64_t requests = 0, errors = 0;
+  std::string first_error;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("specloop soak benchmark");
+  int clients = 32, max_tokens = 32;
+  double minutes = 20, interval = 60, warmup_minutes = 2;
+  std::string binary = SPECLOOP_BINARY, shared = SPECLOOP_SHARED_DIR, data;
+  bool keep_data = false;
+  std::vector<std::string> up_args = {"--train-arg=--eval-every=50", "--train-arg=--min-gain=-1",
+                                      "--train-arg=--max-domain-regression=1"};
+  app.add_option("--clients", clients)->capture_default_str();
+  app.add_option("--minutes", minutes)->capture_default_str();
+  app.add_option("--interval", interval, "seconds per report")->capture_default_str();
+  app.add_option("--warmup-minutes", warmup_minutes)->capture_default_str();
+  app.add_option("--max-tokens", max_tokens)->capture_default_str();
+  app.add_option("--binary", binary)->capture_default_str();
+  app.add_option("--shared", shared)->capture_default_str();
+  app.add_option("--data", data, "data dir (default: a fresh temporary one)");
+  app.add_flag("--keep-data", keep_data);
+  app.add_option("--up-arg", up_args, "extra `specloop up` arguments (replace the defaults)");
+  CLI11_PARSE(app, argc, argv);
+
+  const auto prompts = LoadPrompts(shared);
+  if (prompts.empty()) {
+    std::cerr << "soak_bench: no prompts under " << shared << "/prompts\n";
+    return 1;
+  }
+  if (data.empty()) {
+    char tmpl[] = "/tmp/specloop-soak-XXXXXX";
+    if (!mkdtemp(tmpl)) return 1;
+    data = tmpl;
+  }
+  const std::string log = data + ".log";
+  const int port = FreePort(), trainer_port = FreePort();
+  std::vector<std::string> args = {binary, "up", "--target", shared + "/models/target-6m",
+                                   "--draft", shared + "/models/draft-mix-1m", "--data",
+                                   data + "/up", "--port", std::to_string(port),
+                                   "--trainer-metrics-port", std::to_string(trainer_port)};
+  args.insert(args.end(), up_args.begin(), up_args.end());
+  const pid_t up = fork();
+  if (up == 0) {
+    std::vector<char*> a;
+    for (std::string& s : args) a.push_back(s.data());
+    a.push_back(nullptr);
+    std::freopen(log.c_str(), "w", stdout);
+    dup2(fileno(stdout), STDERR_FILENO);
+    execv(a[0], a.data());
+    _exit(127);
+  }
+  const json params = {{"clients", clients}, {"minutes", minutes}, {"max_tokens", max_tokens},
+                       {"up_args", up_args}};
+  // Wait for the server and the trainer.
+  httplib::Client probe("127.0.0.1", port);
+  probe.set_connection_timeout(1);
+  const auto ready_deadline = Clock::now() + std::chrono::seconds(120);
+  while (Clock::now() < ready_deadline &&
+         !(probe.Get("/health") && ChildPid(log, "train") > 0)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (!probe.Get("/health")) {
+    std::cerr << "soak_bench: specloop up did not come up; see " << log << "\n";
+    kill(up, SIGKILL);
+    return 1;
+  }
+
+  Window window;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> total_requests{0}, total_errors{0};
+  std::vector<double> all_latencies;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      httplib::Client cli("127.0.0.1", port);
+      cli.set_connection_timeout(5);
+      cli.set_read_timeout(300);
+      for (size_t i = static_cast<size_t>(c) * 7919; !stop.load(); ++i) {
+        const auto& [domain, prompt] = prompts[i % prompts.size()];
+        const std::string body = json{{"prompt", prompt}, {"max_tokens", max_tokens},
+                                      {"temperature", 0.8}, {"top_p", 0.95},
+                                      {"domain", domain}}
+                                     .dump();
+        const auto start = Clock::now();
+        auto res = cli.Post("/v1/completions", body, "application/json");
+        const double s = std::chrono::duration<double>(Clock::now() - start).count();
+        std::lock_guard<std::mutex> lock(window.mu);
+        window.requests++;
+        if (res && res->status == 200) {
+          window.latencies.push_back(s);
+        } else {
+          window.errors++;
+          if (window.first_error.empty()) {
+            window.first_error = res ? std::to_string(res->status) + " " + res->body
+                                     : "no response: " + httplib::to_string(res.error());
+          }
+        }
+      }
+    });
+  }
+
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::duration<double>(minutes * 60);
+  double rss_serve_start = RssMiB(ChildPid(log, "serve"));
+  double rss_train_start = RssMiB(ChildPid(log, "train"));
+  double rss_serve_warm = 0, rss_train_warm = 0;
+  Emit("soak_rss_serve_start", params, rss_serve_start, "MiB");
+  Emit("soak_rss_train_start", params, rss_train_start, "MiB");
+  int minute = 0;
+  while (Clock::now() < end) {
+    const auto next = std::min(end, start + std::chrono::duration<double>((minute + 1) * interval));
+    std::this_thread::sleep_until(next);
+    ++minute;
+    std::vector<double> lat;
+    int64_t requests, errors;
+    {
+      std::lock_guard<std::mutex> lock(window.mu);
+      lat.swap(window.latencies);
+      requests = window.requests;
+      errors = window.errors;
+      window.requests = window.errors = 0;
+    }
+    total_requests += requests;
+    total_errors += errors;
+    all_latencies.insert(all_latencies.end(), lat.begin(), lat.end());
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double rss_serve = RssMiB(ChildPid(log, "serve"));
+    const double rss_train = RssMiB(ChildPid(log, "train"));
+    if (elapsed <= warmup_minutes * 60 + interval / 2) {
+      rss_serve_warm = rss_serve;
+      rss_train_warm = rss_train;
+    }
+    std::string health;
+    if (auto r = probe.Get("/health")) health = r->body;
+    std::smatch m;
+    static const std::regex version_re("\"draft_version\":(\\d+)");
+    const double version =
+        std::regex_search(health, m, version_re) ? std::stod(m[1].str()) : -1;
+    json p = params;
+    p["interval"] = minute;
+    p["elapsed_s"] = std::round(elapsed);
+    Emit("soak_requests", p, static_cast<double>(requests), "requests");
+    Emit("soak_errors", p, static_cast<double>(errors), "requests");
+    Emit("soak_latency_p50", p, Percentile(lat, 0.5), "s");
+    Emit("soak_latency_p99", p, Percentile(lat, 0.99), "s");
+    Emit("soak_rss_serve", p, rss_serve, "MiB");
+    Emit("soak_rss_train", p, rss_train, "MiB");
+    Emit("soak_draft_version", p, version, "version");
+  }
+  stop.store(true);
+  for (std::thread& t : threads) t.join();
+  {
+    std::lock_guard<std::mutex> lock(window.mu);
+    total_requests += window.requests;
+    total_errors += window.errors;
+    all_latencies.insert(all_latencies.end(), window.latencies.begin(), window.latencies.end());
+  }
+  const double rss_serve_end = RssMiB(ChildPid(log, "serve"));
+  const double rss_train_end = RssMiB(ChildPid(log, "train"));
+  if (rss_serve_warm == 0) rss_serve_warm = rss_serve_start;
+  if (rss_train_warm == 0) rss_train_warm = rss_train_start;
+  Emit("soak_total_requests", params, static_cast<double>(total_requests), "requests");
+  Emit("soak_total_errors", params, static_cast<double>(total_errors), "requests");
+  Emit("soak_latency_p99_all", params, Percentile(all_latencies, 0.99), "s");
+  Emit("soak_rss_serve_after_warmup", params, rss_serve_warm, "MiB");
+  Emit("soak_rss_serve_end", params, rss_serve_end, "MiB");
+  Emit("soak_rss_serve_growth", params, 100 * (rss_serve_end / rss_serve_warm - 1), "%");
+  Emit("soak_rss_train_after_warmup", params, rss_train_warm, "MiB");
+  Emit("soak_rss_train_end", params, rss_train_end, "MiB");
+  Emit("soak_rss_train_growth", params, 100 * (rss_train_end / rss_train_warm - 1), "%");
+  if (!window.first_error.empty()) std::cerr << "first error: " << window.first_error << "\n";
+
+  kill(up, SIGINT);
+  int status = 0;
+  waitpid(up, &status, 0);
+  std::string text;
+  {
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  Emit("soak_child_restarts", params, static_cast<double>(Count(text, "restarting in")),
+       "restarts");
+  Emit("soak_drafts_published", params, static_cast<double>(Count(text, "published v")),
+       "versions");
+  Emit("soak_draft_swaps", params, static_cast<double>(Count(text, "fetching draft v")),
+       "fetches");
+  if (!keep_data) {
+    std::error_code ec;
+    std::filesystem::remove_all(data, ec);
+  }
+  std::cerr << "soak_bench: log in " << log << "\n";
+  return total_errors == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
