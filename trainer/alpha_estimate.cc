@@ -49,6 +49,7 @@ Status EstimateAlpha(const LlamaModel& model, const std::vector<Record>& records
         auto& s = sums[pb.domains[n]];
         s.first += l[n];
         s.second += h[n];
+        est.logged_values[pb.domains[n]].push_back(l[n]);
         est.domains[pb.domains[n]].positions++;
       }
     }

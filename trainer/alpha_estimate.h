@@ -30,6 +30,9 @@ struct DomainAlpha {
 struct AlphaEstimate {
   std::map<std::string, DomainAlpha> domains;
   DomainAlpha overall;  // over every position (weighted by traffic, as speed is)
+  // Per domain, the LoggedAcceptance of each position in record order: two models estimated
+  // on the same records have paired values (the gate's paired standard error).
+  std::map<std::string, std::vector<double>> logged_values;
 
   // domain -> logged alpha, the form checkpoints and reports carry.
   std::map<std::string, double> LoggedByDomain() const;

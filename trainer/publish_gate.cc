@@ -1,9 +1,37 @@
 #include "trainer/publish_gate.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace specloop {
 namespace trainer {
+
+namespace {
+
+// Standard error of the mean of candidate - live over the domain's paired positions; 0 when
+// the two estimates carry no paired values.
+double PairedStandardError(const AlphaEstimate& live, const AlphaEstimate& candidate,
+                           const std::string& domain) {
+  auto l = live.logged_values.find(domain);
+  auto c = candidate.logged_values.find(domain);
+  if (l == live.logged_values.end() || c == candidate.logged_values.end() ||
+      l->second.size() != c->second.size() || l->second.size() < 2) {
+    return 0;
+  }
+  const size_t n = l->second.size();
+  double sum = 0, sum_sq = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = c->second[i] - l->second[i];
+    sum += d;
+    sum_sq += d * d;
+  }
+  const double mean = sum / n;
+  const double var = std::max(0.0, (sum_sq - n * mean * mean) / (n - 1));
+  return std::sqrt(var / n);
+}
+
+}  // namespace
 
 GateDecision DecideGate(const GateOptions& o, const AlphaEstimate& live,
                         const AlphaEstimate& candidate) {
@@ -22,9 +50,12 @@ GateDecision DecideGate(const GateOptions& o, const AlphaEstimate& live,
     auto it = live.domains.find(domain);
     if (it == live.domains.end() || c.positions < o.min_domain_positions) continue;
     const double drop = it->second.logged - c.logged;
-    if (drop > o.max_domain_regression) {
-      std::snprintf(buf, sizeof(buf), "; domain %s falls %.4f -> %.4f (tolerance %.4f)",
-                    domain.c_str(), it->second.logged, c.logged, o.max_domain_regression);
+    const double noise = o.regression_z * PairedStandardError(live, candidate, domain);
+    if (drop > o.max_domain_regression && drop > noise) {
+      std::snprintf(buf, sizeof(buf),
+                    "; domain %s falls %.4f -> %.4f (tolerance %.4f, %.1f standard errors %.4f)",
+                    domain.c_str(), it->second.logged, c.logged, o.max_domain_regression,
+                    o.regression_z, noise);
       d.detail += buf;
       d.reason = "domain_regression";
       return d;

@@ -1,6 +1,7 @@
 // The publish gate: a candidate draft replaces the live one only if its estimated alpha on the
 // same held-out positions is higher overall by a margin, and no domain with enough positions
-// to judge falls by more than a tolerance (DESIGN.md section 6). Pure; no model.
+// to judge falls by more than a tolerance and by more than its noise (DESIGN.md section 6).
+// Pure; no model.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,11 @@ struct GateOptions {
   double min_gain = 0.002;
   // Most a domain's logged alpha may fall (absolute). Default: 0.01.
   double max_domain_regression = 0.01;
+  // A fall beyond the tolerance refuses the candidate only when it is also more than this
+  // many standard errors of the paired per-position differences (AlphaEstimate::
+  // logged_values): on a small held-out set a fall of a few hundredths is noise. Without
+  // paired values the tolerance alone decides. Default: 2 (one-sided, ~2.3% of noise refused).
+  double regression_z = 2.0;
   // Domains evaluated on fewer positions are not judged on their own (too noisy), though they
   // count in the overall mean. Default: 50.
   int64_t min_domain_positions = 50;

@@ -53,6 +53,33 @@ TEST(PublishGate, SmallDomainsAreNotJudgedAlone) {
   EXPECT_TRUE(DecideGate({}, live, cand).publish);
 }
 
+// Paired per-position values for `domain`: live at 0.5, the candidate at 0.5 + fall + the
+// alternating +-spread (so its mean falls by exactly `fall`, with standard deviation ~spread).
+void AddPairedValues(AlphaEstimate* live, AlphaEstimate* cand, const std::string& domain,
+                     double fall, double spread, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    live->logged_values[domain].push_back(0.5);
+    cand->logged_values[domain].push_back(0.5 - fall + (i % 2 == 0 ? spread : -spread));
+  }
+}
+
+TEST(PublishGate, AFallWithinItsNoiseIsNotARegression) {
+  // python falls 0.03 (beyond the 0.01 tolerance) but per-position differences spread +-0.3
+  // over 100 positions: standard error 0.03, so 2 standard errors (0.06) cover the fall.
+  AlphaEstimate live = Make({{"c", 0.5}, {"python", 0.5}});
+  AlphaEstimate cand = Make({{"c", 0.7}, {"python", 0.47}});
+  AddPairedValues(&live, &cand, "python", 0.03, 0.3, 100);
+  GateDecision d = DecideGate({}, live, cand);
+  EXPECT_TRUE(d.publish) << d.detail;
+  // The same fall, measured consistently on every position, is a regression.
+  AlphaEstimate live2 = Make({{"c", 0.5}, {"python", 0.5}});
+  AlphaEstimate cand2 = Make({{"c", 0.7}, {"python", 0.47}});
+  AddPairedValues(&live2, &cand2, "python", 0.03, 0.01, 100);
+  d = DecideGate({}, live2, cand2);
+  EXPECT_FALSE(d.publish);
+  EXPECT_EQ(d.reason, "domain_regression") << d.detail;
+}
+
 TEST(PublishGate, NoDataNoDecision) {
   GateDecision d = DecideGate({}, Make({{"c", 0.5}}, 20), Make({{"c", 0.9}}, 20));
   EXPECT_FALSE(d.publish);
