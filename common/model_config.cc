@@ -1,6 +1,7 @@
 #include "common/model_config.h"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,39 @@ Status ReadFileToString(const std::string& path, std::string* out) {
 
 namespace {
 
+// A JSON integer that fits an int. nlohmann's get<int>() would convert 1e300 or 2^40 (undefined
+// behaviour, or a silently different number).
+bool ToInt(const json& v, int* out) {
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())) return false;
+  } else if (!v.is_number_integer() || v.get<int64_t>() < std::numeric_limits<int>::min() ||
+             v.get<int64_t>() > std::numeric_limits<int>::max()) {
+    return false;
+  }
+  *out = static_cast<int>(v.get<int64_t>());
+  return true;
+}
+
+bool Convert(const json& v, int* out) { return ToInt(v, out); }
+bool Convert(const json& v, std::vector<int>* out) {
+  if (!v.is_array()) return false;
+  std::vector<int> ids(v.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!ToInt(v[i], &ids[i])) return false;
+  }
+  *out = std::move(ids);
+  return true;
+}
+template <typename T>
+bool Convert(const json& v, T* out) {
+  try {
+    *out = v.get<T>();
+  } catch (const json::exception&) {
+    return false;
+  }
+  return true;
+}
+
 template <typename T>
 Status Get(const json& j, const char* key, T* out, bool required) {
   auto it = j.find(key);
@@ -30,10 +64,9 @@ Status Get(const json& j, const char* key, T* out, bool required) {
     return required ? Status::InvalidArgument(std::string("config.json lacks \"") + key + "\"")
                     : Status::OK();
   }
-  try {
-    *out = it->get<T>();
-  } catch (const json::exception&) {
-    return Status::InvalidArgument(std::string("config.json: \"") + key + "\" has the wrong type");
+  if (!Convert(*it, out)) {
+    return Status::InvalidArgument(std::string("config.json: \"") + key +
+                                   "\" has the wrong type or is out of range");
   }
   return Status::OK();
 }
@@ -61,7 +94,9 @@ Status ModelConfig::FromJson(const std::string& text, ModelConfig* out) {
   SPECLOOP_RETURN_IF_ERROR(Get(j, "torch_dtype", &c.torch_dtype, false));
   if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
     if (it->is_number_integer()) {
-      c.eos_token_ids = {it->get<int>()};
+      int eos = 0;
+      SPECLOOP_RETURN_IF_ERROR(Get(j, "eos_token_id", &eos, true));
+      c.eos_token_ids = {eos};
     } else if (it->is_array()) {
       SPECLOOP_RETURN_IF_ERROR(Get(j, "eos_token_id", &c.eos_token_ids, true));
     } else {
@@ -93,7 +128,9 @@ Status ModelConfig::FromJson(const std::string& text, ModelConfig* out) {
     }
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  if (c.head_dim % 2 != 0) return Status::InvalidArgument("config.json: head_dim must be even");
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
+    return Status::InvalidArgument("config.json: head_dim must be positive and even");
+  }
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return Status::InvalidArgument(
         "config.json: num_attention_heads must be a multiple of num_key_value_heads");
