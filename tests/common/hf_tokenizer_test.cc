@@ -95,7 +95,8 @@ class HfTokenizerGolden : public ::testing::Test {
   }
 
   // tokenizers.js on `texts`: one JSON object per text (see hf_tokenizer_golden.mjs).
-  static std::vector<json> Reference(const std::string& dir, const std::vector<std::string>& texts) {
+  static std::vector<json> Reference(const std::string& dir,
+                                     const std::vector<std::string>& texts) {
     testing::TempDir tmp("hf-golden");
     {
       std::ofstream in(tmp.Sub("in.txt"));
@@ -135,7 +136,8 @@ class HfTokenizerGolden : public ::testing::Test {
     for (size_t i = 0; i < texts.size(); ++i) {
       const std::string& text = texts[i];
       const std::vector<int> ids = tok->Encode(text);
-      ASSERT_EQ(ids, ref[i]["ids"].get<std::vector<int>>()) << "text " << i << ": " << text.substr(0, 300);
+      ASSERT_EQ(ids, ref[i]["ids"].get<std::vector<int>>())
+          << "text " << i << ": " << text.substr(0, 300);
       EXPECT_EQ(tok->EncodeWithSpecialTokens(text), ref[i]["ids_special"].get<std::vector<int>>())
           << text.substr(0, 300);
       EXPECT_EQ(tok->Decode(ids), ref[i]["decoded"].get<std::string>()) << text.substr(0, 300);
@@ -159,9 +161,13 @@ class HfTokenizerGolden : public ::testing::Test {
 int HfTokenizerGolden::npm_status_ = -1;
 std::string HfTokenizerGolden::npm_log_;
 
-TEST_F(HfTokenizerGolden, Llama3SameIdsAsTokenizersJs) { CheckAgainstReference("tokenizer-llama3"); }
+TEST_F(HfTokenizerGolden, Llama3SameIdsAsTokenizersJs) {
+  CheckAgainstReference("tokenizer-llama3");
+}
 
-TEST_F(HfTokenizerGolden, Qwen3SameIdsAsTokenizersJs) { CheckAgainstReference("tokenizer-qwen3"); }
+TEST_F(HfTokenizerGolden, Qwen3SameIdsAsTokenizersJs) {
+  CheckAgainstReference("tokenizer-qwen3");
+}
 
 TEST_F(HfTokenizerGolden, SpecialTokensAreWholeAndOptionallyText) {
   std::unique_ptr<HfTokenizer> tok;

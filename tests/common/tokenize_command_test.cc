@@ -57,7 +57,8 @@ class TokenizeCommand : public ::testing::Test {
 };
 
 TEST_F(TokenizeCommand, IdsThenBackToTheSameText) {
-  const std::string text = "Hello, world!\n  def f(x):\n\treturn x ** 2  # \xF0\x9F\x98\x80 caf\xC3\xA9";
+  const std::string text =
+      "Hello, world!\n  def f(x):\n\treturn x ** 2  # \xF0\x9F\x98\x80 caf\xC3\xA9";
   const Result ids = Specloop({"tokenize", "--model", dir_, "--text", text, "--ids"});
   ASSERT_EQ(ids.exit_code, 0) << ids.err;
   std::ostringstream want;
