@@ -15,6 +15,7 @@ PACKAGES=(
   prometheus                                   # promtool checks; the e2e test runs a server
   libjs-chart.js                               # Chart.js, embedded in the status page
   chromium fonts-dejavu-core                   # e2e: the status page in headless Chromium
+  gnuplot-nox                                  # bench/faster_over_time: the PNG plot
   clang libclang-rt-14-dev llvm                # libFuzzer fuzzers (scripts/fuzz.sh), llvm-symbolizer
 )
 
