@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -74,6 +75,8 @@ TEST(CrashSafety, SigkillAtRandomMomentsLosesNothingDurable) {
   int kills_with_progress = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int round = 0; round < 24; round++) {
+    // A child killed before it opens the marks file must not leave the last round's marks.
+    std::remove(marks.c_str());
     const pid_t pid = Spawn({CRASH_WRITER, dir, marks});
     ASSERT_GT(pid, 0);
     const int delay_ms = 20 + static_cast<int>(rng.Next() % 200);
