@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/model_config.h"
+#include "common/safetensors_header.h"
 
 namespace specloop {
 
@@ -30,16 +31,12 @@ struct Mapping {
   }
 };
 
-bool DtypeOf(const std::string& name, at::ScalarType* type, size_t* bytes) {
-  static const std::map<std::string, std::pair<at::ScalarType, size_t>> kTypes = {
-      {"F32", {at::kFloat, 4}}, {"F16", {at::kHalf, 2}}, {"BF16", {at::kBFloat16, 2}},
-      {"I32", {at::kInt, 4}},   {"I64", {at::kLong, 8}},
-  };
-  auto it = kTypes.find(name);
-  if (it == kTypes.end()) return false;
-  *type = it->second.first;
-  *bytes = it->second.second;
-  return true;
+at::ScalarType DtypeOf(const std::string& name) {
+  if (name == "F16") return at::kHalf;
+  if (name == "BF16") return at::kBFloat16;
+  if (name == "I32") return at::kInt;
+  if (name == "I64") return at::kLong;
+  return at::kFloat;  // "F32": ParseSafetensorsHeader admits no other dtype
 }
 
 const char* DtypeName(at::ScalarType t) {
@@ -79,63 +76,22 @@ Status ReadSafetensors(const std::string& path, TensorMap* out) {
   map->size = size;
   const auto* base = static_cast<const uint8_t*>(map->data);
 
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];
-  if (header_len > size - 8) {
-    return Status::Corruption(path + ": header length " + std::to_string(header_len) +
-                              " runs past the end of the file (" + std::to_string(size) +
-                              " bytes): truncated?");
-  }
-  json header = json::parse(base + 8, base + 8 + header_len, nullptr, false);
-  if (!header.is_object()) return Status::Corruption(path + ": header is not a JSON object");
-  const uint8_t* data = base + 8 + header_len;
-  const size_t data_size = size - 8 - header_len;
+  SafetensorsHeader header;
+  SPECLOOP_RETURN_IF_ERROR(ParseSafetensorsHeader(base, size, path, &header));
+  const uint8_t* data = base + header.data_offset;
 
   TensorMap result;
-  for (auto& [name, info] : header.items()) {
-    if (name == "__metadata__") continue;
-    const std::string where = path + ": tensor '" + name + "'";
-    if (!info.is_object() || !info["dtype"].is_string() || !info["shape"].is_array() ||
-        !info["data_offsets"].is_array() || info["data_offsets"].size() != 2) {
-      return Status::Corruption(where + " has a malformed header entry");
-    }
-    at::ScalarType type;
-    size_t elem = 0;
-    const std::string dtype = info["dtype"].get<std::string>();
-    if (!DtypeOf(dtype, &type, &elem)) {
-      return Status::NotSupported(where + " has unsupported dtype " + dtype);
-    }
-    std::vector<int64_t> shape;
-    uint64_t numel = 1;
-    for (const auto& d : info["shape"]) {
-      if (!d.is_number_unsigned()) return Status::Corruption(where + " has a bad shape");
-      shape.push_back(d.get<int64_t>());
-      numel *= d.get<uint64_t>();
-    }
-    const auto& offs = info["data_offsets"];
-    if (!offs[0].is_number_unsigned() || !offs[1].is_number_unsigned()) {
-      return Status::Corruption(where + " has bad data_offsets");
-    }
-    const uint64_t begin = offs[0].get<uint64_t>(), end = offs[1].get<uint64_t>();
-    if (begin > end || end > data_size) {
-      return Status::Corruption(where + " data [" + std::to_string(begin) + ", " +
-                                std::to_string(end) + ") lies outside the " +
-                                std::to_string(data_size) + " data bytes: truncated file?");
-    }
-    if (end - begin != numel * elem) {
-      return Status::Corruption(where + " holds " + std::to_string(end - begin) +
-                                " bytes but its shape and dtype need " +
-                                std::to_string(numel * elem));
-    }
-    void* ptr = const_cast<uint8_t*>(data + begin);
+  for (const SafetensorsEntry& e : header.entries) {
+    const at::ScalarType type = DtypeOf(e.dtype);
+    void* ptr = const_cast<uint8_t*>(data + e.begin);
     at::Tensor t;
-    if (reinterpret_cast<uintptr_t>(ptr) % elem == 0) {
-      t = at::from_blob(ptr, shape, [map](void*) {}, at::TensorOptions().dtype(type));
+    if (reinterpret_cast<uintptr_t>(ptr) % e.element_bytes == 0) {
+      t = at::from_blob(ptr, e.shape, [map](void*) {}, at::TensorOptions().dtype(type));
     } else {
-      t = at::empty(shape, at::TensorOptions().dtype(type));
-      std::memcpy(t.data_ptr(), ptr, end - begin);
+      t = at::empty(e.shape, at::TensorOptions().dtype(type));
+      std::memcpy(t.data_ptr(), ptr, e.end - e.begin);
     }
-    result.emplace(name, std::move(t));
+    result.emplace(e.name, std::move(t));
   }
   for (auto& kv : result) (*out)[kv.first] = std::move(kv.second);
   return Status::OK();
