@@ -6,7 +6,8 @@
 // INPUT holds one text per line, base64-encoded bytes (decoded as UTF-8 the way every
 // JavaScript string is made: invalid bytes become U+FFFD). Prints one JSON line per text:
 // {"ids": encode without special tokens, "ids_special": encode with them, "decoded": decode of
-// ids skipping special tokens}, then {"seconds": [one per pass], "bytes": N}. With REPEAT > 0
+// ids skipping special tokens}, then {"seconds": [wall, one per pass], "cpu_seconds": [...],
+// "bytes": N}. With REPEAT > 0
 // it prints only the timings: encoding every text (without special tokens) REPEAT times, each
 // pass timed alone.
 import { readFileSync } from "node:fs";
@@ -36,13 +37,15 @@ if (repeat === 0) {
     }));
   }
 }
-const seconds = [];
+const seconds = [], cpu_seconds = [];
 let bytes = 0;
 for (const text of texts) bytes += Buffer.byteLength(text, "utf8");
 for (let pass = 0; pass < repeat; ++pass) {
-  const start = process.hrtime.bigint();
+  const start = process.hrtime.bigint(), cpu = process.cpuUsage();
   for (const text of texts) tokenizer.encode(text, { add_special_tokens: false });
   seconds.push(Number(process.hrtime.bigint() - start) / 1e9);
+  const used = process.cpuUsage(cpu);
+  cpu_seconds.push((used.user + used.system) / 1e6);
 }
-out.push(JSON.stringify({ seconds, bytes }));
+out.push(JSON.stringify({ seconds, cpu_seconds, bytes }));
 process.stdout.write(out.join("\n") + "\n");
