@@ -467,7 +467,7 @@ void HfTokenizer::EncodePiece(std::string_view piece, std::vector<int>* ids) con
   }
   const size_t start = ids->size();
   bpe_.Encode(piece, unk_id_, ids);
-  if (lock.try_lock() && cache_.size() < kPieceCacheSize) {
+  if (lock.try_lock() && cache_.size() < kPieceCacheSize && cache_.count(piece) == 0) {
     cache_.emplace(cache_keys_.emplace_back(piece),
                    std::vector<int>(ids->begin() + start, ids->end()));
   }

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -248,6 +249,32 @@ TEST_F(HfTokenizerGolden, StreamingNeverReleasesBrokenUtf8) {
   std::vector<int> random_ids(2000);
   for (int& id : random_ids) id = any(rng);
   EXPECT_GT(stream(random_ids), 10u);
+}
+
+// Concurrent const calls (the piece cache is shared) give the same ids as one thread.
+TEST_F(HfTokenizerGolden, ConcurrentEncodesAgree) {
+  std::unique_ptr<HfTokenizer> tok;
+  ASSERT_TRUE(HfTokenizer::Open(ModelDir("tokenizer-qwen3"), &tok).ok());
+  std::vector<std::string> docs = CorpusDocuments();
+  docs.resize(60);
+  std::vector<std::vector<int>> want;
+  {
+    std::unique_ptr<HfTokenizer> fresh;
+    ASSERT_TRUE(HfTokenizer::Open(ModelDir("tokenizer-qwen3"), &fresh).ok());
+    for (const std::string& d : docs) want.push_back(fresh->Encode(d));
+  }
+  std::vector<std::thread> threads;
+  std::vector<size_t> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t k = 0; k < docs.size(); ++k) {
+        const size_t i = (k + 15 * t) % docs.size();  // each thread in its own order
+        if (tok->Encode(docs[i]) != want[i]) ++mismatches[t];
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<size_t>(4, 0));
 }
 
 TEST(HfTokenizer, ReplacesInvalidUtf8LikeWhatwg) {
