@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <deque>
-#include <queue>
 
 #include <nlohmann/json.hpp>
 

@@ -4,11 +4,13 @@
 // 1. Invalid UTF-8 becomes U+FFFD (ToValidUtf8: what the text would be as a JavaScript or
 //    Python string).
 // 2. Added tokens are cut out, leftmost-longest, as whole tokens (lstrip/rstrip trim the
-//    whitespace beside them). Special ones only when `parse_special` (the default, unless
-//    tokenizer_config.json sets "split_special_tokens"); otherwise their text is ordinary text.
+//    whitespace beside them; single_word is ignored, as tokenizers.js does). Special ones only
+//    when `parse_special` (the default, unless tokenizer_config.json sets
+//    "split_special_tokens"); otherwise their text is ordinary text.
 // 3. The normalizer (none or NFC) runs on the text between added tokens.
-// 4. The pre-tokenizers cut it into pieces, in order: Split (a regex, "Isolated"), Digits,
-//    ByteLevel (the GPT-2 regex when use_regex; add_prefix_space).
+// 4. The pre-tokenizers cut it into pieces, in order: Split (a regex, "Isolated"), Digits
+//    (runs of, or single, \p{N} characters), ByteLevel (the GPT-2 regex when use_regex;
+//    add_prefix_space on each piece).
 // 5. Each piece, as bytes, is merged by BPE: the adjacent pair with the lowest merge rank
 //    first, leftmost on ties. With "ignore_merges" (Llama 3) a piece that is itself in the
 //    vocabulary is one token.
