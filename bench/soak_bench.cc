@@ -10,7 +10,10 @@
 // The trainer gets a loose gate by default (--eval-every 50, --min-gain -1,
 // --max-domain-regression 1), so it publishes and the server swaps drafts during the run: the
 // soak is about staying up and bounded, not about draft quality.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,6 +34,9 @@
 #include <CLI/CLI.hpp>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
+
+#include "common/model_config.h"
+#include "common/tokenizer.h"
 
 namespace {
 
@@ -71,9 +77,30 @@ int ChildPid(const std::string& log, const std::string& name) {
   return pid;
 }
 
+// GET http://127.0.0.1:port/path with a fresh client; true on 200, the body in *body.
+bool Get(int port, const std::string& path, std::string* body = nullptr) {
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_connection_timeout(2);
+  cli.set_read_timeout(10);
+  auto res = cli.Get(path.c_str());
+  if (!res || res->status != 200) return false;
+  if (body) *body = res->body;
+  return true;
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago (the socket is closed again).
 int FreePort() {
-  httplib::Server s;
-  const int port = s.bind_to_any_port("127.0.0.1");
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
   return port;
 }
 
@@ -83,16 +110,29 @@ size_t Count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// Prompts of every domain in shared/prompts, as JSON strings.
-std::vector<std::pair<std::string, std::string>> LoadPrompts(const std::string& shared) {
+// Prompts of every domain in shared/prompts (domain, text) that leave room for max_tokens in
+// the target's context (longer ones would rightly get a 400).
+std::vector<std::pair<std::string, std::string>> LoadPrompts(const std::string& shared,
+                                                             int max_tokens) {
+  const std::string target = shared + "/models/target-6m";
+  std::unique_ptr<specloop::Tokenizer> tokenizer;
+  specloop::ModelConfig config;
+  if (!specloop::Tokenizer::Load(target, &tokenizer).ok() ||
+      !specloop::ModelConfig::FromDir(target, &config).ok()) {
+    return {};
+  }
   std::vector<std::pair<std::string, std::string>> out;
   for (const char* d : {"prose", "python", "c", "legal", "docs"}) {
     std::ifstream in(shared + "/prompts/" + d + ".jsonl");
     std::string line;
     while (std::getline(in, line)) {
       json j = json::parse(line, nullptr, false);
-      if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) {
-        out.emplace_back(d, j["prompt"].get<std::string>());
+      if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) continue;
+      const std::string prompt = j["prompt"].get<std::string>();
+      const size_t tokens = tokenizer->Encode(prompt).size() + 1;  // + BOS
+      if (tokens + static_cast<size_t>(max_tokens) <=
+          static_cast<size_t>(config.max_position_embeddings)) {
+        out.emplace_back(d, prompt);
       }
     }
   }
@@ -128,9 +168,9 @@ int main(int argc, char** argv) {
   app.add_option("--up-arg", up_args, "extra `specloop up` arguments (replace the defaults)");
   CLI11_PARSE(app, argc, argv);
 
-  const auto prompts = LoadPrompts(shared);
+  const auto prompts = LoadPrompts(shared, max_tokens);
   if (prompts.empty()) {
-    std::cerr << "soak_bench: no prompts under " << shared << "/prompts\n";
+    std::cerr << "soak_bench: no prompts (or no target-6m tokenizer) under " << shared << "\n";
     return 1;
   }
   if (data.empty()) {
@@ -158,16 +198,14 @@ int main(int argc, char** argv) {
   const json params = {{"clients", clients}, {"minutes", minutes}, {"max_tokens", max_tokens},
                        {"up_args", up_args}};
   // Wait for the server and the trainer.
-  httplib::Client probe("127.0.0.1", port);
-  probe.set_connection_timeout(1);
   const auto ready_deadline = Clock::now() + std::chrono::seconds(120);
-  while (Clock::now() < ready_deadline &&
-         !(probe.Get("/health") && ChildPid(log, "train") > 0)) {
+  while (Clock::now() < ready_deadline && !(Get(port, "/health") && ChildPid(log, "train") > 0)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  if (!probe.Get("/health")) {
+  if (!Get(port, "/health")) {
     std::cerr << "soak_bench: specloop up did not come up; see " << log << "\n";
-    kill(up, SIGKILL);
+    kill(up, SIGINT);
+    waitpid(up, nullptr, 0);
     return 1;
   }
 
@@ -178,15 +216,16 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
-      httplib::Client cli("127.0.0.1", port);
-      cli.set_connection_timeout(5);
-      cli.set_read_timeout(300);
       for (size_t i = static_cast<size_t>(c) * 7919; !stop.load(); ++i) {
         const auto& [domain, prompt] = prompts[i % prompts.size()];
         const std::string body = json{{"prompt", prompt}, {"max_tokens", max_tokens},
                                       {"temperature", 0.8}, {"top_p", 0.95},
                                       {"domain", domain}}
                                      .dump();
+        // A fresh client (one connection) per request, as a stream of independent users.
+        httplib::Client cli("127.0.0.1", port);
+        cli.set_connection_timeout(5);
+        cli.set_read_timeout(300);
         const auto start = Clock::now();
         auto res = cli.Post("/v1/completions", body, "application/json");
         const double s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -237,7 +276,7 @@ int main(int argc, char** argv) {
       rss_train_warm = rss_train;
     }
     std::string health;
-    if (auto r = probe.Get("/health")) health = r->body;
+    Get(port, "/health", &health);
     std::smatch m;
     static const std::regex version_re("\"draft_version\":(\\d+)");
     const double version =
