@@ -158,7 +158,10 @@ struct FetcherOptions {
   uint64_t max_bundle_bytes = 4ull << 30;
 };
 
-// The worker's side: a SUB socket for announcements and a DEALER for requests. Not
+// The worker's side: a SUB socket for announcements and a DEALER for requests. Both reconnect
+// by themselves when the trainer restarts; after a failed handshake (a peer without the
+// trainer's CURVE key, or without CURVE), which libzmq never retries, the fetcher reopens them
+// (at most once a second, from WaitAnnouncement and from requests waiting for a reply). Not
 // thread-safe: use one fetcher from one thread (e.g. the worker's swap thread).
 class DraftFetcher {
  public:

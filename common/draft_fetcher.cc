@@ -1,6 +1,7 @@
 // DraftFetcher: the worker's side of the draft channel (protocol in draft_channel.h).
 #include <zmq.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -62,9 +63,9 @@ struct DraftFetcher::Impl {
 
   // A PAIR socket receiving `socket`'s handshake-failure events.
   zmq::socket_t Monitor(zmq::socket_t* socket, const char* name) {
-    const std::string endpoint = "inproc://specloop-fetcher-" +
-                                 std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" +
-                                 std::to_string(opens) + "-" + name;
+    static std::atomic<uint64_t> next_monitor{0};
+    const std::string endpoint = "inproc://specloop-fetcher-monitor-" +
+                                 std::to_string(next_monitor.fetch_add(1)) + "-" + name;
     if (zmq_socket_monitor(socket->handle(), endpoint.c_str(), kHandshakeFailed) != 0) {
       throw zmq::error_t();
     }
