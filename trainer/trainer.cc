@@ -97,8 +97,9 @@ Status Trainer::ScanNew(std::vector<Record>* train) {
         std::exp2(-std::max(0.0, now_us - static_cast<double>(r.time_us)) / half_life_us);
     if (IsHeldOut(r, options_.heldout_fraction)) {
       AddHeldOut(r);
-    } else if (train) {
-      train->push_back(r);
+    } else {
+      ++training_records_;
+      if (train) train->push_back(r);
     }
     return true;
   });
@@ -257,11 +258,20 @@ Status Trainer::RunOnline(const std::atomic<bool>& stop, DraftPublisher* publish
   using Clock = std::chrono::steady_clock;
   const auto interval = std::chrono::milliseconds(options_.catch_up_interval_ms);
   auto last_catch_up = Clock::now();
+  const auto wait_for_traffic = [&] {  // until the next catch-up, which then runs at once
+    for (int i = 0; i < 10 && !stop.load(); ++i) std::this_thread::sleep_for(interval / 10);
+    last_catch_up = Clock::now() - interval;
+  };
   while (!stop.load()) {
     if (Clock::now() - last_catch_up >= interval) {
       Status s = CatchUp();
       if (!s.ok()) Log("catch-up failed: " + s.ToString());
       last_catch_up = Clock::now();
+    }
+    if (options_.max_replay > 0 &&
+        static_cast<double>(samples_) >= options_.max_replay * training_records_) {
+      wait_for_traffic();
+      continue;
     }
     SampleOptions so;
     so.batch_size = static_cast<size_t>(options_.batch_records);
@@ -269,11 +279,8 @@ Status Trainer::RunOnline(const std::atomic<bool>& stop, DraftPublisher* publish
     so.half_life_seconds = options_.half_life_seconds;
     std::vector<Record> batch;
     Status s = reader_->Sample(so, &rng_, &batch);
-    if (s.IsNotFound()) {  // no records yet: wait for the next catch-up
-      for (int i = 0; i < 10 && !stop.load(); ++i) {
-        std::this_thread::sleep_for(interval / 10);
-      }
-      last_catch_up = Clock::now() - interval;
+    if (s.IsNotFound()) {  // no records yet
+      wait_for_traffic();
       continue;
     }
     SPECLOOP_RETURN_IF_ERROR(s);
