@@ -1,13 +1,7 @@
 #include "serve/http_server.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 
 #include <httplib.h>
@@ -64,32 +58,6 @@ bool IsOpenRoute(const httplib::Request& req) {
                                  req.path == "/" || req.path == "/status.json");
 }
 
-// cpp-httplib 0.11 listens with a backlog of 5: a burst of new connections (32 clients that
-// each connect per request) overflows it, and the kernel drops the handshakes (client
-// timeouts or resets). listen() again on the bound socket, found by its port, raises it.
-void RaiseListenBacklog(int port, int backlog) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return;
-  while (dirent* e = readdir(dir)) {
-    const int fd = std::atoi(e->d_name);
-    int listening = 0;
-    socklen_t len = sizeof(listening);
-    sockaddr_storage addr = {};
-    socklen_t addr_len = sizeof(addr);
-    if (fd <= 2 || getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 ||
-        !listening || getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) {
-      continue;
-    }
-    const int bound = addr.ss_family == AF_INET
-                          ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
-                      : addr.ss_family == AF_INET6
-                          ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                          : -1;
-    if (bound == port) listen(fd, backlog);
-  }
-  closedir(dir);
-}
-
 }  // namespace
 
 HttpServer::HttpServer(const HttpServerOptions& options, Scheduler* scheduler,
@@ -135,7 +103,6 @@ Status HttpServer::Bind(int* port) {
   if (bound <= 0) {
     return Status::IOError("cannot bind " + options_.host + ":" + std::to_string(options_.port));
   }
-  RaiseListenBacklog(bound, options_.listen_backlog);
   *port = bound;
   return Status::OK();
 }

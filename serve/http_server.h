@@ -48,8 +48,6 @@ struct HttpServerOptions {
   int port = 8000;
   // Largest request body accepted (413 beyond). Default: 1 MiB.
   size_t max_body_bytes = 1 << 20;
-  // Connections the kernel queues before they are accepted. Default: 1024.
-  int listen_backlog = 1024;
   // HTTP worker threads (each waiting request holds one). Default: 96.
   int threads = 96;
   // Name in /v1/models and responses, worker and target ids (system_fingerprint).
