@@ -25,7 +25,8 @@
 //   requests-<arm>.jsonl (one line per request) and faster_over_time.png (gnuplot).
 //
 // Usage: faster_over_time [--short] [--out DIR] [--concurrency N] [--phase-requests N]
-//                         [--window N] [--k N] [--max-tokens N] [--binary PATH] [--shared DIR]
+//                         [--window N] [--k N] [--max-tokens N] [--trainer-eval-every N]
+//                         [--train-arg FLAG ...] [--binary PATH] [--shared DIR]
 // Full mode (default): 6 phases, 320 requests each (the first 160), ~30 minutes on 2 cores.
 // --short: prose+docs (112) then python (224), the trainer evaluating every 25 steps, for the
 // test suite (~3 minutes on 2 cores).
@@ -74,6 +75,7 @@ struct Options {
   int max_tokens = 64;
   int eval_every = 8;
   int trainer_eval_every = 50;  // trainer steps between evaluations (the gate)
+  std::vector<std::string> train_args;  // more `specloop train` flags for the online arm
 };
 
 struct Phase {
@@ -266,6 +268,7 @@ Arm RunArm(const std::string& name, const Options& o, const std::vector<TraceReq
           "--heldout-fraction=" + std::to_string(kHeldOutFraction), std::string("--threads=1")}) {
       argv.push_back("--train-arg=" + a);
     }
+    for (const std::string& a : o.train_args) argv.push_back("--train-arg=" + a);
   } else {
     argv.push_back("--no-train");
   }
@@ -606,13 +609,16 @@ int Main(int argc, char** argv) {
       o.k = std::stoi(value());
     } else if (a == "--max-tokens") {
       o.max_tokens = std::stoi(value());
+    } else if (a == "--train-arg") {
+      o.train_args.push_back(value());
     } else if (a == "--trainer-eval-every") {
       o.trainer_eval_every = std::stoi(value());
       trainer_eval_every_set = true;
     } else {
       std::cerr << "usage: faster_over_time [--short] [--out DIR] [--concurrency N] "
                    "[--phase-requests N] [--window N] [--k N] [--max-tokens N] "
-                   "[--trainer-eval-every N] [--binary PATH] [--shared DIR]\n";
+                   "[--trainer-eval-every N] [--train-arg FLAG ...] [--binary PATH] "
+                   "[--shared DIR]\n";
       return 2;
     }
   }
