@@ -400,6 +400,7 @@ using Series = std::map<std::pair<std::string, std::string>, std::string>;
 // Per window and domain lines for one arm; adds the arm's rows to *series.
 void EmitWindows(std::ostream& file, const Arm& arm, const std::vector<TraceRequest>& trace,
                  const std::vector<Phase>& phases, const Options& o, Series* series) {
+  std::map<std::string, int> last_window;  // per domain, the last window with a point
   for (int w = 0; w * o.window < static_cast<int>(trace.size()); ++w) {
     const int from = w * o.window, to = std::min<int>(trace.size(), from + o.window);
     const double end_s = arm.results[to - 1].end_s;
@@ -425,7 +426,10 @@ void EmitWindows(std::ostream& file, const Arm& arm, const std::vector<TraceRequ
       char row[128];
       std::snprintf(row, sizeof(row), "%d %.4f %.3f\n", (from + to) / 2, t.alpha(),
                     t.tokens_per_second());
-      (*series)[{arm.name, d}] += row;
+      std::string& rows = (*series)[{arm.name, d}];
+      if (last_window.count(d) && last_window[d] != w - 1) rows += "\n";  // a gap: break the line
+      last_window[d] = w;
+      rows += row;
     }
   }
 }
