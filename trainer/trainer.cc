@@ -165,6 +165,7 @@ Status Trainer::TrainStep(const std::vector<const Record*>& batch, double* loss_
   }
   ++steps_;
   samples_ += static_cast<int64_t>(batch.size());
+  samples_since_open_ += static_cast<int64_t>(batch.size());
   metrics_.steps->Increment();
   metrics_.loss->Add({{"objective", options_.objective.ToString()}}).Set(*loss_out);
   for (const Record* r : batch) metrics_.samples->Add({{"domain", r->domain}}).Increment();
@@ -269,7 +270,7 @@ Status Trainer::RunOnline(const std::atomic<bool>& stop, DraftPublisher* publish
       last_catch_up = Clock::now();
     }
     if (options_.max_replay > 0 &&
-        static_cast<double>(samples_) >= options_.max_replay * training_records_) {
+        static_cast<double>(samples_since_open_) >= options_.max_replay * training_records_) {
       wait_for_traffic();
       continue;
     }

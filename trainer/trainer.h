@@ -66,9 +66,9 @@ struct TrainerOptions {
   double heldout_fraction = 0.1;      // records held out for evaluation. Default: 0.1.
   size_t max_heldout_per_domain = 256;  // newest held-out records kept per domain.
   int eval_every_steps = 200;         // online: steps between evaluations. Default: 200.
-  // Online: at most this many samples trained per training record in the buffers; beyond it
-  // the trainer waits for new traffic instead of overfitting a young buffer (held-out alpha
-  // fell while training alpha rose). 0: no limit. Default: 4.
+  // Online: at most this many samples trained (since this trainer opened) per training record
+  // in the buffers; beyond it the trainer waits for new traffic instead of overfitting a young
+  // buffer (held-out alpha fell while training alpha rose). 0: no limit. Default: 4.
   double max_replay = 4.0;
   int eval_batch_records = 16;        // records per evaluation forward. Default: 16.
   GateOptions gate;
@@ -140,7 +140,8 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   uint64_t live_version_ = 0;
   int64_t steps_ = 0, samples_ = 0;
-  int64_t training_records_ = 0;  // records scanned that are not held out
+  int64_t training_records_ = 0;    // records scanned since opening that are not held out
+  int64_t samples_since_open_ = 0;  // samples_ counts from the first checkpoint on
   std::vector<Record> heldout_;
   uint64_t last_scan_us_ = 0;  // records with time_us < this were scanned
   std::map<std::string, double> live_alpha_, best_alpha_, candidate_alpha_;
