@@ -53,6 +53,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/model_config.h"
+#include "common/spec/acceptance.h"
 #include "common/tokenizer.h"
 #include "tests/e2e/e2e_util.h"
 #include "trainer/heldout_split.h"
@@ -436,11 +437,6 @@ void EmitWindows(std::ostream& file, const Arm& arm, const std::vector<TraceRequ
   }
 }
 
-// Expected tokens per step of a chain of k drafts with i.i.d. acceptance alpha.
-double ExpectedTokensPerStep(double alpha, int k) {
-  return alpha >= 1 ? k + 1 : (1 - std::pow(alpha, k + 1)) / (1 - alpha);
-}
-
 // The statements, per shifted domain and for the run; returns false when a request
 // failed or the held-out split did not hold (the statistics would mean nothing).
 bool Summarize(std::ostream& file, const Arm& stat, const Arm& online,
@@ -471,7 +467,8 @@ bool Summarize(std::ostream& file, const Arm& stat, const Arm& online,
     // Same k, draft and target in both arms: the cost of a step is the same, so the predicted
     // speed ratio is the ratio of expected tokens per step at the measured alphas.
     EmitSummary(file, "tokens_per_second_ratio_predicted", params,
-                ExpectedTokensPerStep(n.alpha(), o.k) / ExpectedTokensPerStep(s.alpha(), o.k),
+                spec::ExpectedTokensPerStep(n.alpha(), o.k) /
+                    spec::ExpectedTokensPerStep(s.alpha(), o.k),
                 "x");
     // Adaptation: the first window of the phase whose online alpha reaches 90% of the
     // phase-end value, as a fraction of the phase.

