@@ -180,39 +180,20 @@ std::vector<TraceRequest> BuildTrace(const Options& o, const std::vector<Phase>&
   return trace;
 }
 
-// The value of the first sample of `family` (optionally with a label fragment) in a
-// Prometheus text exposition; NAN when absent. Sums every matching sample when `sum`.
-double MetricValue(const std::string& text, const std::string& family, const std::string& label,
-                   bool sum = false) {
-  double total = 0;
-  bool found = false;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(family, 0) != 0 || line.size() <= family.size()) continue;
-    const char next = line[family.size()];
-    if (next != ' ' && next != '{') continue;
-    if (!label.empty() && line.find(label) == std::string::npos) continue;
-    const double v = std::strtod(line.substr(line.rfind(' ') + 1).c_str(), nullptr);
-    if (!sum) return v;
-    total += v;
-    found = true;
-  }
-  return found ? total : NAN;
-}
-
 bool PollTrainer(int port, double t, TrainerSample* s) {
   std::string body;
   if (e2e::HttpGet(port, "/metrics", &body) != 200) return false;
   s->t = t;
-  s->loss = MetricValue(body, "specloop_train_loss", "");
-  s->version = static_cast<uint64_t>(MetricValue(body, "specloop_train_draft_version", ""));
-  const double pub = MetricValue(body, "specloop_train_checkpoints_published_total", "");
-  const double ref = MetricValue(body, "specloop_train_checkpoints_rejected_total", "", true);
-  const double held = MetricValue(body, "specloop_train_heldout_records", "");
-  s->published = std::isnan(pub) ? 0 : static_cast<uint64_t>(pub);
-  s->refused = std::isnan(ref) ? 0 : static_cast<uint64_t>(ref);
-  s->heldout = std::isnan(held) ? 0 : static_cast<uint64_t>(held);
+  // No loss before the first step (the series appears then).
+  s->loss = body.find("\nspecloop_train_loss{") == std::string::npos
+                ? NAN
+                : e2e::MetricValue(body, "specloop_train_loss");
+  s->version = static_cast<uint64_t>(e2e::MetricValue(body, "specloop_train_draft_version"));
+  s->published =
+      static_cast<uint64_t>(e2e::MetricValue(body, "specloop_train_checkpoints_published_total"));
+  s->refused =
+      static_cast<uint64_t>(e2e::MetricValue(body, "specloop_train_checkpoints_rejected_total"));
+  s->heldout = static_cast<uint64_t>(e2e::MetricValue(body, "specloop_train_heldout_records"));
   return true;
 }
 
@@ -332,7 +313,7 @@ Arm RunArm(const std::string& name, const Options& o, const std::vector<TraceReq
   }
   up.Signal(SIGINT);
   if (up.Wait(60) == -1) std::cerr << "faster_over_time: `specloop up` did not stop in 60 s\n";
-  for (const std::string& l : {"published", "refused", "rejected", "restart", "rollback"}) {
+  for (const char* l : {"published", "refused", "rejected", "restart", "rollback"}) {
     for (size_t from = 0;;) {
       const std::string line = up.WaitForLine(l, 0, &from);
       if (line.empty()) break;

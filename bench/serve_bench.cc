@@ -2,10 +2,14 @@
 // SampleLogger on target-6m / draft-mix-1m) over loopback HTTP, closed-loop clients at
 // concurrency 1, 4 and 16, each sending completions (prompts from every domain, sampled at
 // temperature 0.8) back to back. Three modes: speculation auto with logging, speculation off
-// (k = 0) with logging, and auto with logging off. Reports throughput (generated tokens/s over
-// the run's wall time) and p50/p99 request latency, medians over --reps runs, plus the ratios
-// auto/off and logging overhead. JSON lines {"name", "params", "value", "unit"}.
-// Usage: serve_bench [--shared DIR] [--reps N] [--requests N] [--tokens N]
+// (k = 0) with logging, and auto with logging off. Each run starts a fresh stack and first sends
+// untimed warm-up requests (a serving process is long-lived: its adaptive policy has learnt
+// alpha and costs long before any given minute), then times the measured requests. The modes
+// are interleaved within each repetition, so a change in machine load hits all three alike;
+// ratios (auto/off, logging overhead) are computed per repetition and their median reported,
+// beside the median throughput and p50/p99 latency of each mode.
+// JSON lines {"name", "params", "value", "unit"}.
+// Usage: serve_bench [--shared DIR] [--reps N] [--requests N] [--tokens N] [--warmup N]
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -50,8 +54,10 @@ struct RunResult {
 };
 
 // One stack, `concurrency` clients, `requests` requests per client.
+// `warmup` untimed requests per client first (different prompts' seeds, same mix).
 RunResult RunOnce(const std::string& shared, const Mode& mode, int concurrency, int requests,
-                  int tokens, const std::vector<std::pair<std::string, std::string>>& prompts) {
+                  int warmup, int tokens,
+                  const std::vector<std::pair<std::string, std::string>>& prompts) {
   const std::string target_dir = shared + "/models/target-6m";
   std::unique_ptr<LlamaModel> target, draft;
   std::unique_ptr<Tokenizer> tokenizer;
@@ -90,28 +96,38 @@ RunResult RunOnce(const std::string& shared, const Mode& mode, int concurrency, 
   (void)server.Bind(&port);
   std::thread server_thread([&] { (void)server.Run(); });
 
+  // Closed-loop clients sending `n` requests each; returns per-client latencies and tokens.
   std::vector<std::vector<double>> latencies(concurrency);
   std::vector<int64_t> generated(concurrency, 0);
-  const auto t0 = Clock::now();
-  std::vector<std::thread> clients;
-  for (int c = 0; c < concurrency; ++c) {
-    clients.emplace_back([&, c] {
-      httplib::Client cli("127.0.0.1", port);
-      cli.set_read_timeout(300, 0);
-      for (int r = 0; r < requests; ++r) {
-        const auto& [domain, prompt] = prompts[(c * requests + r) % prompts.size()];
-        json req = {{"prompt", prompt}, {"max_tokens", tokens}, {"temperature", 0.8},
-                    {"seed", c * 1000 + r}, {"domain", domain}, {"ignore_eos", true}};
-        const auto r0 = Clock::now();
-        auto res = cli.Post("/v1/completions", req.dump(), "application/json");
-        latencies[c].push_back(std::chrono::duration<double>(Clock::now() - r0).count());
-        if (res && res->status == 200) {
-          generated[c] += json::parse(res->body)["usage"]["completion_tokens"].get<int64_t>();
+  auto drive = [&](int n, int seed_base) {
+    std::vector<std::thread> clients;
+    for (int c = 0; c < concurrency; ++c) {
+      clients.emplace_back([&, c] {
+        httplib::Client cli("127.0.0.1", port);
+        cli.set_read_timeout(300, 0);
+        for (int r = 0; r < n; ++r) {
+          const auto& [domain, prompt] = prompts[(c * n + r) % prompts.size()];
+          json req = {{"prompt", prompt},  {"max_tokens", tokens},
+                      {"temperature", 0.8}, {"seed", seed_base + c * 1000 + r},
+                      {"domain", domain},   {"ignore_eos", true}};
+          const auto r0 = Clock::now();
+          auto res = cli.Post("/v1/completions", req.dump(), "application/json");
+          latencies[c].push_back(std::chrono::duration<double>(Clock::now() - r0).count());
+          if (res && res->status == 200) {
+            generated[c] += json::parse(res->body)["usage"]["completion_tokens"].get<int64_t>();
+          }
         }
-      }
-    });
+      });
+    }
+    for (auto& t : clients) t.join();
+  };
+  drive(warmup, 1000000);
+  for (int c = 0; c < concurrency; ++c) {
+    latencies[c].clear();
+    generated[c] = 0;
   }
-  for (auto& t : clients) t.join();
+  const auto t0 = Clock::now();
+  drive(requests, 0);
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   server.Stop();
   server_thread.join();
@@ -135,12 +151,13 @@ RunResult RunOnce(const std::string& shared, const Mode& mode, int concurrency, 
 int main(int argc, char** argv) {
   using namespace specloop;
   std::string shared = SPECLOOP_SHARED_DIR;
-  int reps = 3, requests = 0, tokens = 64;
+  int reps = 5, requests = 0, tokens = 64, warmup = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--shared")) shared = argv[i + 1];
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--requests")) requests = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
   }
   SetComputeThreads(1);
   std::vector<std::pair<std::string, std::string>> prompts;
@@ -159,28 +176,40 @@ int main(int argc, char** argv) {
     }
   }
   const std::vector<Mode> modes = {{"auto", -1, true}, {"off", 0, true}, {"auto_nolog", -1, false}};
-  std::map<std::pair<std::string, int>, double> tps;
   for (int conc : {1, 4, 16}) {
     const int per_client = requests > 0 ? requests : std::max(2, 32 / conc);
+    std::map<std::string, std::vector<RunResult>> runs;  // mode -> one result per repetition
+    for (int r = 0; r < reps; ++r) {
+      for (const Mode& m : modes) {
+        runs[m.name].push_back(RunOnce(shared, m, conc, per_client, warmup, tokens, mixed));
+      }
+    }
     for (const Mode& m : modes) {
       std::vector<double> t, p50, p99;
-      for (int r = 0; r < reps; ++r) {
-        RunResult rr = RunOnce(shared, m, conc, per_client, tokens, mixed);
+      for (const RunResult& rr : runs[m.name]) {
         t.push_back(rr.tokens_per_second);
         p50.push_back(rr.p50);
         p99.push_back(rr.p99);
       }
-      const json params = {{"mode", m.name}, {"concurrency", conc}, {"max_tokens", tokens},
-                           {"requests_per_client", per_client}, {"reps", reps}};
-      tps[{m.name, conc}] = Median(t);
+      const json params = {{"mode", m.name},
+                           {"concurrency", conc},
+                           {"max_tokens", tokens},
+                           {"requests_per_client", per_client},
+                           {"warmup_per_client", warmup},
+                           {"reps", reps}};
       Emit("serve_throughput", params, Median(t), "tokens/s");
       Emit("serve_latency_p50", params, Median(p50), "s");
       Emit("serve_latency_p99", params, Median(p99), "s");
     }
-    Emit("serve_auto_over_off", {{"concurrency", conc}},
-         tps[{"auto", conc}] / tps[{"off", conc}], "ratio");
-    Emit("serve_logging_overhead", {{"concurrency", conc}},
-         1.0 - tps[{"auto", conc}] / tps[{"auto_nolog", conc}], "fraction");
+    std::vector<double> auto_over_off, overhead;
+    for (int r = 0; r < reps; ++r) {
+      const double a = runs["auto"][r].tokens_per_second;
+      auto_over_off.push_back(a / runs["off"][r].tokens_per_second);
+      overhead.push_back(1.0 - a / runs["auto_nolog"][r].tokens_per_second);
+    }
+    const json params = {{"concurrency", conc}, {"reps", reps}};
+    Emit("serve_auto_over_off", params, Median(auto_over_off), "ratio");
+    Emit("serve_logging_overhead", params, Median(overhead), "fraction");
   }
   return 0;
 }

@@ -1,8 +1,10 @@
 // Soak: `specloop up` (server + trainer publishing drafts) under N concurrent clients for a
 // long time. Every interval it prints JSON lines (name, params, value, unit): requests and
 // errors in the interval, p50/p99 latency, resident memory of the server and the trainer
-// (/proc/PID/status VmRSS), the served draft version; at the end a summary with the RSS growth
-// between the end of the warm-up and the end of the run.
+// (/proc/PID/statm), the served draft version, the server's replay buffer size and RocksDB
+// memory (memtables, table readers, block cache, from /metrics); at the end a summary with the
+// RSS growth: the median RSS (5-s samples) over the last warm-up-long window against the
+// median over the window right after the warm-up, and the peak.
 //
 //   soak_bench [--clients 32] [--minutes 20] [--interval 60] [--warmup-minutes 2]
 //              [--max-tokens 32] [--data DIR] [--keep-data] [--up-arg ARG ...]
@@ -37,7 +39,9 @@
 
 #include "common/free_port.h"
 #include "common/model_config.h"
+#include "common/process_metrics.h"
 #include "common/tokenizer.h"
+#include "tests/e2e/e2e_util.h"
 
 namespace {
 
@@ -55,14 +59,9 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
-// VmRSS of `pid` in MiB (0 when unreadable).
+// Resident memory of `pid` in MiB (0 when unreadable).
 double RssMiB(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  }
-  return 0;
+  return pid > 0 ? static_cast<double>(specloop::ResidentBytes(pid)) / (1 << 20) : 0;
 }
 
 // The last pid logged as "started NAME (pid N)" in `log`, or 0.
@@ -232,11 +231,24 @@ int main(int argc, char** argv) {
 
   const auto start = Clock::now();
   const auto end = start + std::chrono::duration<double>(minutes * 60);
-  double rss_serve_start = RssMiB(ChildPid(log, "serve"));
-  double rss_train_start = RssMiB(ChildPid(log, "train"));
-  double rss_serve_warm = 0, rss_train_warm = 0;
-  Emit("soak_rss_serve_start", params, rss_serve_start, "MiB");
-  Emit("soak_rss_train_start", params, rss_train_start, "MiB");
+  Emit("soak_rss_serve_start", params, RssMiB(ChildPid(log, "serve")), "MiB");
+  Emit("soak_rss_train_start", params, RssMiB(ChildPid(log, "train")), "MiB");
+  // RSS every 5 s. A single reading moves by +-10% with what is in flight (batches, a draft
+  // being loaded, a training step), so growth compares medians over two windows as long as
+  // the warm-up: the one right after it and the last one.
+  struct RssSample {
+    double t, serve, train;
+  };
+  std::vector<RssSample> rss_samples;
+  std::thread rss_sampler([&] {
+    while (!stop.load()) {
+      const double t = std::chrono::duration<double>(Clock::now() - start).count();
+      rss_samples.push_back({t, RssMiB(ChildPid(log, "serve")), RssMiB(ChildPid(log, "train"))});
+      for (int i = 0; i < 50 && !stop.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+  });
   int minute = 0;
   while (Clock::now() < end) {
     const auto next = std::min(end, start + std::chrono::duration<double>((minute + 1) * interval));
@@ -257,10 +269,6 @@ int main(int argc, char** argv) {
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     const double rss_serve = RssMiB(ChildPid(log, "serve"));
     const double rss_train = RssMiB(ChildPid(log, "train"));
-    if (elapsed <= warmup_minutes * 60 + interval / 2) {
-      rss_serve_warm = rss_serve;
-      rss_train_warm = rss_train;
-    }
     std::string health;
     Get(port, "/health", &health);
     std::smatch m;
@@ -277,28 +285,53 @@ int main(int argc, char** argv) {
     Emit("soak_rss_serve", p, rss_serve, "MiB");
     Emit("soak_rss_train", p, rss_train, "MiB");
     Emit("soak_draft_version", p, version, "version");
+    // Where the server's buffer memory is (RocksDB), to tell it from the rest of the RSS.
+    std::string metrics;
+    if (Get(port, "/metrics", &metrics)) {
+      for (const char* kind : {"memtables", "table_readers", "block_cache"}) {
+        Emit(std::string("soak_buffer_") + kind, p,
+             specloop::e2e::MetricValue(metrics, "specloop_buffer_memory_bytes",
+                                        std::string("kind=\"") + kind + "\"") / (1 << 20),
+             "MiB");
+      }
+      Emit("soak_buffer_size", p,
+           specloop::e2e::MetricValue(metrics, "specloop_buffer_bytes") / (1 << 20), "MiB");
+    }
   }
   stop.store(true);
   for (std::thread& t : threads) t.join();
+  rss_sampler.join();
   {
     std::lock_guard<std::mutex> lock(window.mu);
     total_requests += window.requests;
     total_errors += window.errors;
     all_latencies.insert(all_latencies.end(), window.latencies.begin(), window.latencies.end());
   }
-  const double rss_serve_end = RssMiB(ChildPid(log, "serve"));
-  const double rss_train_end = RssMiB(ChildPid(log, "train"));
-  if (rss_serve_warm == 0) rss_serve_warm = rss_serve_start;
-  if (rss_train_warm == 0) rss_train_warm = rss_train_start;
+  const double warm_s = warmup_minutes * 60, end_s = minutes * 60;
+  auto window_median = [&](double from, double to, double RssSample::*field) {
+    std::vector<double> v;
+    for (const RssSample& r : rss_samples) {
+      if (r.t >= from && r.t <= to && r.*field > 0) v.push_back(r.*field);
+    }
+    return Percentile(v, 0.5);
+  };
   Emit("soak_total_requests", params, static_cast<double>(total_requests), "requests");
   Emit("soak_total_errors", params, static_cast<double>(total_errors), "requests");
   Emit("soak_latency_p99_all", params, Percentile(all_latencies, 0.99), "s");
-  Emit("soak_rss_serve_after_warmup", params, rss_serve_warm, "MiB");
-  Emit("soak_rss_serve_end", params, rss_serve_end, "MiB");
-  Emit("soak_rss_serve_growth", params, 100 * (rss_serve_end / rss_serve_warm - 1), "%");
-  Emit("soak_rss_train_after_warmup", params, rss_train_warm, "MiB");
-  Emit("soak_rss_train_end", params, rss_train_end, "MiB");
-  Emit("soak_rss_train_growth", params, 100 * (rss_train_end / rss_train_warm - 1), "%");
+  for (const auto& [name, field] : {std::pair{"serve", &RssSample::serve},
+                                    std::pair{"train", &RssSample::train}}) {
+    const double warm = window_median(warm_s, 2 * warm_s, field);
+    const double last = window_median(end_s - warm_s, end_s, field);
+    double peak = 0;
+    for (const RssSample& r : rss_samples) {
+      if (r.t >= warm_s) peak = std::max(peak, r.*field);
+    }
+    const std::string n = std::string("soak_rss_") + name;
+    Emit(n + "_after_warmup", params, warm, "MiB");
+    Emit(n + "_end", params, last, "MiB");
+    Emit(n + "_peak", params, peak, "MiB");
+    Emit(n + "_growth", params, warm > 0 ? 100 * (last / warm - 1) : 0, "%");
+  }
   if (!window.first_error.empty()) std::cerr << "first error: " << window.first_error << "\n";
 
   kill(up, SIGINT);

@@ -99,6 +99,19 @@ uint64_t ReplayBuffer::ApproximateBytes() {
   return total;
 }
 
+BufferMemory ReplayBuffer::MemoryUsage() {
+  BufferMemory m;
+  for (auto* cf : {records_cf_, index_cf_, meta_cf_}) {
+    uint64_t v = 0;
+    if (db_->GetIntProperty(cf, "rocksdb.cur-size-all-mem-tables", &v)) m.memtables += v;
+    if (db_->GetIntProperty(cf, "rocksdb.estimate-table-readers-mem", &v)) m.table_readers += v;
+  }
+  // The column families share one block cache (the default one).
+  uint64_t v = 0;
+  if (db_->GetIntProperty(records_cf_, "rocksdb.block-cache-usage", &v)) m.block_cache = v;
+  return m;
+}
+
 Status ReplayBuffer::Flush() {
   rocksdb::FlushOptions fo;
   SPECLOOP_RETURN_IF_ERROR(FromRocks(db_->Flush(fo, {records_cf_, index_cf_, meta_cf_}), "flushing"));

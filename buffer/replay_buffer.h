@@ -35,8 +35,10 @@ struct BufferOptions {
   // about max_bytes / 64, so it lands up to that much lower). Default: 0.02.
   double retention_slack = 0.02;
   // RocksDB memtable size; capped at max_bytes / 16 when max_bytes is set, so that unflushed
-  // data cannot dwarf the limit. Default: 64 MiB.
-  uint64_t write_buffer_size = 64ull << 20;
+  // data cannot dwarf the limit. Unflushed data is held in memory twice (by the writer and by
+  // each secondary, which replays the WAL), so this is sized for a logging stream of a few
+  // hundred KB/s: it fills within a minute or two, after which memory stays flat. Default: 8 MiB.
+  uint64_t write_buffer_size = 8ull << 20;
   // LZ4-compress SST blocks (records are mostly fp16 noise: small gain). Default: false.
   bool compress = false;
 };
@@ -45,6 +47,13 @@ struct BufferOptions {
 struct SequencedRecord {
   uint64_t seq = 0;
   Record record;
+};
+
+// What the buffer's RocksDB instance holds in memory, in bytes.
+struct BufferMemory {
+  uint64_t memtables = 0;      // active and not yet flushed memtables, all column families
+  uint64_t table_readers = 0;  // index and filter blocks of open SST files
+  uint64_t block_cache = 0;    // data blocks cached for reads
 };
 
 struct RetentionResult {
@@ -86,6 +95,9 @@ class ReplayBuffer {
   // Bytes of live SST files plus memtables over both column families: the size that
   // max_bytes bounds. (WAL files, bounded at about 4 memtables, are not counted.)
   uint64_t ApproximateBytes();
+
+  // RocksDB's memory use (estimates from its properties).
+  BufferMemory MemoryUsage();
 
   // One past the largest seq ever written to this buffer, as of Open (0 for a new buffer).
   uint64_t next_seq() const { return next_seq_; }

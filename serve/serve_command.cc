@@ -32,6 +32,7 @@ struct ServeArgs {
   std::string device = "cpu", model_name;
   int port = 8000, max_batch = 16, threads = 1, http_threads = 96, log_top_k = 64;
   int max_waiting = 64, max_domains = 16, k_max = 8;
+  uint64_t buffer_max_mb = 4096;
   // Security limits (HttpServerOptions); 0 for the two token limits means the context.
   std::string api_key;
   size_t max_body_bytes = 1 << 20;
@@ -111,7 +112,9 @@ int RunServe(const ServeArgs& a) {
   s = ServingMetrics::Create(mo, &metrics);
   std::unique_ptr<ReplayLogger> logger;
   if (s.ok() && !a.no_log && !a.buffer.empty()) {
-    s = ReplayLogger::Open(BufferOptions(), LoggerOptions(), a.buffer, &logger)
+    BufferOptions bo;
+    bo.max_bytes = a.buffer_max_mb << 20;
+    s = ReplayLogger::Open(bo, LoggerOptions(), a.buffer, &logger)
             .Annotate("--buffer " + a.buffer);
   }
   if (!s.ok()) {
@@ -230,6 +233,10 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--host", a->host, "bind address")->capture_default_str();
   cmd->add_option("--port", a->port, "port (0 = any free port)")->capture_default_str();
   cmd->add_option("--buffer", a->buffer, "replay buffer directory (logging on)");
+  cmd->add_option("--buffer-max-mb", a->buffer_max_mb,
+                  "replay buffer size limit in MiB; the oldest records are dropped beyond it "
+                  "(0 = unbounded)")
+      ->capture_default_str();
   cmd->add_option("--trainer-endpoint", a->trainer_endpoint,
                   "the trainer's ZeroMQ PUB endpoint: follow its drafts (hot-swap)");
   cmd->add_option("--trainer-router", a->trainer_router,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "buffer/replay_logger.h"
+#include "common/process_metrics.h"
 #include "serve/sample_logger.h"
 
 namespace specloop {
@@ -88,8 +89,14 @@ Status ServingMetrics::Register() {
         &spec_length_);
   gauge("specloop_draft_version", "Version of the draft model serving now (0 = as loaded).", {},
         1, &draft_version_);
+  gauge("specloop_buffer_bytes", "Replay buffer size: live SST files and memtables.", {}, 1,
+        &buffer_bytes_);
+  gauge("specloop_buffer_memory_bytes",
+        "Replay buffer memory: memtables, table readers (index/filter blocks), block cache.",
+        {"kind"}, 3, &buffer_memory_);
   gauge("specloop_active_sequences", "Sequences in the running batch.", {}, 1, &active_);
   gauge("specloop_waiting_requests", "Requests queued for the batch.", {}, 1, &waiting_);
+  if (s.ok()) s = AddProcessMetrics(&registry_);
   return s;
 }
 
@@ -202,6 +209,12 @@ std::string ServingMetrics::Render(const ReplayLogger* logger,
     SyncCounter(records_dropped_->Add({{"reason", "invalid"}}), st.records_dropped_invalid.load());
     SyncCounter(records_dropped_->Add({{"reason", "closed"}}), st.records_dropped_closed.load());
     SyncCounter(records_dropped_->Add({{"reason", "write_error"}}), st.records_failed.load());
+    ReplayBuffer* buffer = logger->buffer();
+    buffer_bytes_->Add({}).Set(static_cast<double>(buffer->ApproximateBytes()));
+    const BufferMemory m = buffer->MemoryUsage();
+    buffer_memory_->Add({{"kind", "memtables"}}).Set(static_cast<double>(m.memtables));
+    buffer_memory_->Add({{"kind", "table_readers"}}).Set(static_cast<double>(m.table_readers));
+    buffer_memory_->Add({{"kind", "block_cache"}}).Set(static_cast<double>(m.block_cache));
   }
   if (sample_logger) {
     SyncCounter(records_dropped_->Add({{"reason", "step_backlog"}}),

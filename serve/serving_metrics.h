@@ -77,7 +77,7 @@ class ServingMetrics {
   void ObserveRollback();
 
   // The registry in text exposition format 0.0.4, after refreshing the alpha/drift gauges and
-  // the buffer counters from `logger` / `sample_logger` (either may be null).
+  // the buffer counters and sizes from `logger` / `sample_logger` (either may be null).
   std::string Render(const ReplayLogger* logger, const SampleLogger* sample_logger);
 
   const DomainDrift& drift() const { return drift_; }
@@ -97,7 +97,7 @@ class ServingMetrics {
   metrics::Family<metrics::Histogram>*duration_, *ttft_, *tokens_per_step_, *forward_,
       *batch_size_;
   metrics::Family<metrics::Gauge>*alpha_, *drift_gauge_, *spec_length_, *draft_version_,
-      *active_, *waiting_;
+      *active_, *waiting_, *buffer_bytes_, *buffer_memory_;
 
   std::mutex mu_;
   std::vector<std::string> known_domains_;                         // GUARDED_BY(mu_)

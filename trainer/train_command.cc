@@ -22,6 +22,7 @@
 #include <zmq.hpp>
 
 #include "common/draft_channel.h"
+#include "common/process_metrics.h"
 #include "common/threads.h"
 #include "trainer/train_command.h"
 #include "trainer/trainer.h"
@@ -103,7 +104,8 @@ int RunOffline(const TrainArgs& a) {
 int RunOnline(const TrainArgs& a) {
   metrics::Registry registry;
   std::unique_ptr<trainer::Trainer> t;
-  Status s = trainer::Trainer::Open(a.t, &registry, &t);
+  Status s = AddProcessMetrics(&registry);
+  if (s.ok()) s = trainer::Trainer::Open(a.t, &registry, &t);
   if (!s.ok()) {
     std::cerr << "specloop train: " << s.ToString() << "\n";
     return 1;

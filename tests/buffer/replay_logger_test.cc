@@ -165,5 +165,25 @@ TEST(ReplayBuffer, SecondPrimaryOnSameDirFails) {
   EXPECT_TRUE(s.IsIOError()) << s.ToString();
 }
 
+// MemoryUsage() sees unflushed writes in the memtables and their release by a flush; the
+// default memtable is small enough to bound a worker's memory (it is held twice: by the
+// writer and by every trainer secondary replaying the WAL).
+TEST(ReplayBuffer, MemoryUsageTracksMemtables) {
+  EXPECT_LE(BufferOptions().write_buffer_size, 16ull << 20);
+  TempDir tmp;
+  std::unique_ptr<ReplayBuffer> buf;
+  ASSERT_TRUE(ReplayBuffer::Open(BufferOptions(), tmp.path(), &buf).ok());
+  const BufferMemory empty = buf->MemoryUsage();
+  Rng rng(11);
+  std::vector<SequencedRecord> batch;
+  for (uint64_t i = 0; i < 200; ++i) batch.push_back({i, RandomRecord(&rng)});
+  uint64_t bytes = 0;
+  ASSERT_TRUE(buf->Write(batch, false, &bytes).ok());
+  const BufferMemory written = buf->MemoryUsage();
+  EXPECT_GE(written.memtables, empty.memtables + bytes / 2);
+  ASSERT_TRUE(buf->Flush().ok());
+  EXPECT_LT(buf->MemoryUsage().memtables, written.memtables / 4);
+}
+
 }  // namespace
 }  // namespace specloop

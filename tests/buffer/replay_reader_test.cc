@@ -128,7 +128,9 @@ TEST(ReplayReader, ScansByTimeRangeAndDomainAcrossDirectories) {
     for (const Record& r : got) {
       EXPECT_GE(r.time_us, 10200u);
       EXPECT_LT(r.time_us, 10260u);
-      if (*domain) EXPECT_EQ(r.domain, domain);
+      if (*domain) {
+        EXPECT_EQ(r.domain, domain);
+      }
     }
   }
   // Stopping early.

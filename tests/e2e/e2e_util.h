@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
@@ -188,6 +189,31 @@ inline int HttpPost(int port, const std::string& path, const std::string& json,
   if (!res) return -1;
   if (body) *body = res->body;
   return res->status;
+}
+
+// The sum of the samples of `family` in a Prometheus text exposition whose line contains
+// `label` (every sample when empty); 0 when there is none. `family` may also be one whole
+// series: MetricValue(text, "specloop_http_errors_total{code=\"401\"}").
+inline double MetricValue(const std::string& text, const std::string& family,
+                          const std::string& label = "") {
+  double total = 0;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(family, 0) != 0 || line.size() <= family.size()) continue;
+    const char next = line[family.size()];
+    if (next != ' ' && next != '{') continue;
+    if (!label.empty() && line.find(label) == std::string::npos) continue;
+    total += std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr);
+  }
+  return total;
+}
+
+// MetricValue() of GET /metrics on `port`; -1 when unreachable.
+inline double ScrapeMetric(int port, const std::string& family, const std::string& label = "") {
+  std::string text;
+  if (HttpGet(port, "/metrics", &text) != 200) return -1;
+  return MetricValue(text, family, label);
 }
 
 // Polls GET path until it answers 200 or `seconds` pass.

@@ -1,6 +1,7 @@
 // Tests of common/metrics: exposition golden text, promtool acceptance (escaping, unicode,
 // histograms), registration rules, the cardinality cap, and exact counts under concurrency.
 #include "common/metrics.h"
+#include "common/process_metrics.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -391,6 +392,29 @@ TEST(MetricsTest, ConcurrentUpdatesLoseNothing) {
   EXPECT_EQ(s.sum, 1.75 * n);
   // le=1: 0, 0.5, 1 (3 of 8); le=2: 5 of 8; le=3: 7 of 8; +Inf: all.
   EXPECT_EQ(s.cumulative, (std::vector<uint64_t>{n * 3 / 8, n * 5 / 8, n * 7 / 8, n}));
+}
+
+// Resident memory is read from /proc: it grows by what this process touches, and the gauge
+// reports it at scrape time.
+TEST(ProcessMetrics, ResidentMemoryFollowsTouchedPages) {
+  const uint64_t before = ResidentBytes();
+  ASSERT_GT(before, 0u);
+  std::vector<char> block(64 << 20);
+  for (size_t i = 0; i < block.size(); i += 4096) block[i] = static_cast<char>(i);
+  const uint64_t after = ResidentBytes();
+  EXPECT_GE(after, before + (48 << 20));
+  EXPECT_NEAR(static_cast<double>(ResidentBytes(getpid())), static_cast<double>(after), 4 << 20);
+  EXPECT_EQ(ResidentBytes(999999999), 0u);  // no such process
+
+  Registry r;
+  ASSERT_TRUE(AddProcessMetrics(&r).ok());
+  const std::string text = r.Serialize();
+  const std::string name = "\nprocess_resident_memory_bytes ";
+  const size_t at = text.find(name);
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_GE(std::stod(text.substr(at + name.size())), static_cast<double>(after) * 0.9);
+  EXPECT_TRUE(AddProcessMetrics(&r).IsInvalidArgument());  // once per registry
+  EXPECT_EQ(block[4096], static_cast<char>(4096));  // keeps the block alive until here
 }
 
 }  // namespace

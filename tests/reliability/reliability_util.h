@@ -27,6 +27,8 @@ using e2e::Child;
 using e2e::Clock;
 using e2e::FreePort;
 using e2e::HttpGet;
+using e2e::MetricValue;
+using e2e::ScrapeMetric;
 using e2e::Shared;
 using e2e::TempDir;
 using serve_test::RunCommand;
@@ -95,26 +97,6 @@ inline int Get(int port, const std::string& path, const httplib::Headers& header
   if (!res) return -1;
   if (out) *out = res->body;
   return res->status;
-}
-
-// The value of one series in Prometheus text, e.g. `specloop_http_errors_total{code="401"}`;
-// 0 when the series is absent.
-inline double MetricValue(const std::string& text, const std::string& series) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 &&
-        line[series.size()] == ' ') {
-      return std::stod(line.substr(series.size() + 1));
-    }
-  }
-  return 0;
-}
-
-inline double ScrapeMetric(int port, const std::string& series) {
-  std::string text;
-  if (HttpGet(port, "/metrics", &text) != 200) return -1;
-  return MetricValue(text, series);
 }
 
 // The served draft version from /health (-1 when unreachable).

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "buffer/replay_logger.h"
+#include "tests/buffer/test_util.h"
 #include "tests/serve/test_util.h"
 
 namespace specloop {
@@ -57,6 +59,37 @@ TEST(ServingMetrics, ExposesAlphaWindowsDriftAndPassesPromtool) {
   EXPECT_GE(readings[0].down_events, 1u);  // prose fell
   EXPECT_EQ(readings[1].up_events + readings[1].down_events, 0u);  // python steady
   serve_test::TempDir dir;
+  const std::string path = dir.path() + "/metrics.txt";
+  std::ofstream(path) << text;
+  std::string out;
+  EXPECT_EQ(serve_test::RunCommand("promtool check metrics < " + path + " 2>&1", &out), 0) << out;
+}
+
+// With a logger, a scrape reports the buffer's size and RocksDB memory and the process's RSS.
+TEST(ServingMetrics, ExposesBufferSizeMemoryAndResidentMemory) {
+  std::unique_ptr<ServingMetrics> m;
+  ASSERT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &m).ok());
+  testing::TempDir dir;
+  std::unique_ptr<ReplayLogger> logger;
+  ASSERT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), dir.path(), &logger).ok());
+  Rng rng(3);
+  for (int i = 0; i < 50; ++i) {
+    Record r = testing::RandomRecord(&rng);
+    ASSERT_TRUE(logger->Log(&r));
+  }
+  ASSERT_TRUE(logger->Flush().ok());
+  const std::string text = m->Render(logger.get(), nullptr);
+  auto value = [&](const std::string& series) {
+    const size_t at = text.find("\n" + series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 2));
+  };
+  EXPECT_EQ(value("specloop_buffer_records_written_total"), 50);
+  EXPECT_GT(value("specloop_buffer_bytes"), 0);
+  EXPECT_GE(value("specloop_buffer_memory_bytes{kind=\"memtables\"}"), 0);
+  EXPECT_GE(value("specloop_buffer_memory_bytes{kind=\"table_readers\"}"), 0);
+  EXPECT_GE(value("specloop_buffer_memory_bytes{kind=\"block_cache\"}"), 0);
+  EXPECT_GT(value("process_resident_memory_bytes"), 1 << 20);
+  ASSERT_TRUE(logger->Close().ok());
   const std::string path = dir.path() + "/metrics.txt";
   std::ofstream(path) << text;
   std::string out;
