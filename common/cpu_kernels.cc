@@ -2,6 +2,15 @@
 
 #include <cstring>
 
+// AVX2 and baseline variants, picked at load time by an ifunc resolver. Not under
+// ThreadSanitizer: GCC instruments the resolver, which runs during relocation before the TSan
+// runtime is up and crashes every binary at load; TSan builds use the baseline variant.
+#if defined(__SANITIZE_THREAD__)
+#define SPECLOOP_CLONES
+#else
+#define SPECLOOP_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+
 namespace specloop {
 
 namespace {
@@ -35,7 +44,7 @@ inline v8 Reduce8(v8 a0, v8 a1, v8 a2, v8 a3, v8 a4, v8 a5, v8 a6, v8 a7) {
 }  // namespace
 
 // out[r, o] (+)= dot(x[r], w[o]): 4 weight rows x 2 input rows per pass (8 accumulators).
-__attribute__((target_clones("arch=x86-64-v3", "default")))
+SPECLOOP_CLONES
 void SmallGemm(const float* x, const float* w, float* out, int64_t M, int64_t K, int64_t O,
                bool add) {
   const int64_t K8 = K / 8 * 8;
@@ -98,7 +107,7 @@ void SmallGemm(const float* x, const float* w, float* out, int64_t M, int64_t K,
   }
 }
 
-__attribute__((target_clones("arch=x86-64-v3", "default")))
+SPECLOOP_CLONES
 void WeightedRowSum(const float* weights, const float* rows, int64_t n, int64_t dim, float* out) {
   int64_t d = 0;
   for (; d + 32 <= dim; d += 32) {  // 32 columns at a time: four 8-wide accumulators

@@ -6,7 +6,9 @@
 #                                           the fuzz corpus replays (the fast subset CI runs)
 #   scripts/sanitize.sh tsan [ctest args]   ThreadSanitizer (build-tsan): the concurrency
 #                                           tests (async logger, metrics, draft channel,
-#                                           supervisor)
+#                                           supervisor, the batching scheduler under
+#                                           concurrent HTTP clients, draft hot-swap while
+#                                           clients stream), LibTorch on one thread
 #
 # Extra arguments go to ctest (e.g. -R ReplayLogger). A sanitizer report fails the test: the
 # build aborts on the first error (-fno-sanitize-recover=all) and the options below say the same
@@ -34,12 +36,19 @@ case "$mode" in
   tsan)
     dir=build-tsan sanitize=thread
     targets=(buffer_test buffer_tool buffer_crash_writer observe_test draft_channel_test
-             e2e_supervisor_test)
+             e2e_supervisor_test serve_http_test serve_hot_swap_test specloop)
     # The tests that run threads against each other: the never-blocking logger and the
     # secondary reader beside a writer, the metrics registry, the draft channel's server
-    # thread, the supervisor. TSan slows code 5-15x, so the timing-calibrated buffer tests
-    # (crash, retention) stay out.
-    filter=(-E '_NOT_BUILT$' -R '^(ReplayLogger|ReplayReader|MetricsTest|DraftChannel|SupervisorTest)\.')
+    # thread, the supervisor, the scheduler thread with HTTP handler threads (16 concurrent
+    # clients, cancellation, logging) and the draft swapper's thread installing drafts while
+    # clients stream (specloop itself: one HTTP test compares with `specloop generate`).
+    # TSan slows code 5-15x, so the timing-calibrated buffer tests (crash, retention) stay out.
+    filter=(-E '_NOT_BUILT$' -R '^(ReplayLogger|ReplayReader|MetricsTest|DraftChannel|SupervisorTest|HttpServerTest|HttpServerLogging|HotSwap)\.')
+    # LibTorch's intra-op pool (libgomp) and OpenBLAS's pool are not instrumented: TSan cannot
+    # see their barriers and would report their hand-offs as races. One thread each keeps every
+    # tensor operation on the calling (instrumented) thread; the product's own threads are
+    # unchanged.
+    export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
     ;;
   *)
     echo "scripts/sanitize.sh: unknown mode '$mode' (asan or tsan)" >&2
