@@ -4,7 +4,10 @@
 // beta(k) (target forward of k + 1 positions over one of 1 position), and the measured
 // speedup beside the predicted tau(alpha, k) / (k c + beta(k)).
 // Rates are decode-phase tokens/s (prompt processing excluded). Prints JSON lines
-// {"name", "params", "value", "unit"}. Medians over `--reps` repetitions.
+// {"name", "params", "value", "unit"}. Medians over `--reps` repetitions, the lengths
+// interleaved within each. Auto keeps one policy per draft and domain (as serving keeps one per
+// domain); it first decodes the domain's prompts once untimed, as a long-running server's
+// policy has long learnt alpha and costs.
 // Usage: spec_bench [--shared DIR] [--prompts N] [--tokens N] [--reps N] [--temperature T]
 #include <algorithm>
 #include <chrono>
@@ -45,7 +48,7 @@ struct Run {
 int main(int argc, char** argv) {
   using namespace specloop;
   std::string shared = SPECLOOP_SHARED_DIR;
-  int n_prompts = 3, max_tokens = 64, reps = 3;
+  int n_prompts = 5, max_tokens = 64, reps = 5;
   float temperature = 0.0f;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--shared")) shared = argv[i + 1];
@@ -99,6 +102,13 @@ int main(int argc, char** argv) {
       std::vector<int> ks = {0, 1, 2, 3, 4, 5, 6, 7, 8, -1};
       SpeculationPolicy policy;
       CalibrateSpeculationPolicy(*target, draft.get(), k_max, &policy, 256, gen.sampling);
+      for (const auto& prompt : prompts[domain]) {  // auto's warm-up, untimed
+        DraftModelProposer proposer(draft.get(), gen.sampling);
+        SpeculativeOptions o;
+        o.generate = gen;
+        o.policy = &policy;
+        GenerateSpeculative(*target, &proposer, prompt, o, nullptr);
+      }
       for (int rep = 0; rep < reps; ++rep) {
         for (int k : ks) {
           double seconds = 0;

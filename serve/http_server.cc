@@ -1,8 +1,11 @@
 #include "serve/http_server.h"
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <thread>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -18,6 +21,7 @@ using json = nlohmann::json;
 namespace {
 
 constexpr const char* kJson = "application/json";
+constexpr int kListenBacklog = 1024;  // the kernel caps it at net.core.somaxconn
 
 std::string Dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -94,6 +98,14 @@ Status HttpServer::Bind(int* port) {
   server_->set_keep_alive_timeout(std::max(1, options_.keep_alive_timeout_seconds));
   server_->set_keep_alive_max_count(
       static_cast<size_t>(std::max(1, options_.keep_alive_max_requests)));
+  // cpp-httplib 0.11 listens with a backlog of 5: a burst of new connections (32 clients
+  // connecting at once) overflows it and the kernel drops handshakes (resets, failed reads).
+  // Its socket-options hook hands us the listening socket; listen() again raises the backlog.
+  int listen_fd = -1;
+  server_->set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = sock;
+  });
   int bound = -1;
   if (options_.port == 0) {
     bound = server_->bind_to_any_port(options_.host);
@@ -103,17 +115,33 @@ Status HttpServer::Bind(int* port) {
   if (bound <= 0) {
     return Status::IOError("cannot bind " + options_.host + ":" + std::to_string(options_.port));
   }
+  if (listen_fd >= 0) ::listen(listen_fd, kListenBacklog);
   *port = bound;
   return Status::OK();
 }
 
 Status HttpServer::Run() {
-  if (!server_->listen_after_bind()) return Status::IOError("HTTP server failed");
-  return Status::OK();
+  {
+    std::lock_guard<std::mutex> lock(run_mu_);
+    if (stopped_) return Status::OK();
+    running_ = true;
+  }
+  const bool ok = server_->listen_after_bind();
+  running_ = false;
+  return ok ? Status::OK() : Status::IOError("HTTP server failed");
 }
 
 void HttpServer::Stop() {
-  if (server_) server_->stop();
+  {
+    std::lock_guard<std::mutex> lock(run_mu_);
+    stopped_ = true;
+  }
+  // httplib's stop() is a no-op until its loop runs: wait out a Run() that passed its check
+  // but has not started listening yet.
+  while (running_ && !server_->is_running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  server_->stop();
 }
 
 void HttpServer::Routes() {

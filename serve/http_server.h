@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "common/model_config.h"
@@ -81,11 +82,13 @@ class HttpServer {
              const SampleLogger* sample_logger);
   ~HttpServer();
 
-  // Binds the listening socket and stores the bound port in *port (useful with port 0).
+  // Binds the listening socket (backlog 1024: connections beyond what the accept loop has
+  // taken wait in the kernel) and stores the bound port in *port (useful with port 0).
   Status Bind(int* port);
-  // Serves until Stop(). REQUIRES: Bind() succeeded. Blocks.
+  // Serves until Stop(); returns at once if Stop() came first. REQUIRES: Bind() succeeded.
+  // Blocks.
   Status Run();
-  // Makes Run() return; safe from any thread, idempotent.
+  // Makes Run() return, or a later Run() not start; safe from any thread, idempotent.
   void Stop();
 
  private:
@@ -99,6 +102,9 @@ class HttpServer {
   const ReplayLogger* logger_;
   const SampleLogger* sample_logger_;
   std::unique_ptr<httplib::Server> server_;
+  std::mutex run_mu_;
+  bool stopped_ = false;             // GUARDED_BY(run_mu_)
+  std::atomic<bool> running_{false};  // Run() is between its check and its return
   std::atomic<uint64_t> next_id_{0};
   const uint64_t id_salt_;
 };

@@ -194,6 +194,9 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--heldout-fraction", t.heldout_fraction, "records held out for evaluation")
       ->capture_default_str();
+  cmd->add_option("--max-heldout-per-domain", t.max_heldout_per_domain,
+                  "newest held-out records kept per domain (bounds evaluation time and memory)")
+      ->capture_default_str();
   cmd->add_option("--traffic-half-life", t.traffic_half_life_seconds,
                   "age half-life of the domain mix (follows traffic shifts), seconds")
       ->capture_default_str();

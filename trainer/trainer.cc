@@ -146,7 +146,7 @@ Status Trainer::TrainStep(const std::vector<const Record*>& batch, double* loss_
     std::vector<ForwardInput> in;
     for (auto& tokens : pb.inputs) {
       caches.push_back(candidate_->NewCache(static_cast<int64_t>(tokens.size())));
-      in.push_back(ForwardInput{&caches.back(), tokens, /*all_logits=*/true});
+      in.push_back(ForwardInput{&caches.back(), tokens, /*all_logits=*/true, {}});
     }
     const at::Device dev = candidate_->device();
     at::Tensor logits = candidate_->Forward(in).index_select(0, pb.rows.to(dev));

@@ -36,15 +36,16 @@ std::set<std::string> Matches(const std::string& text, const std::string& re, in
 // Metric families the code registers (quoted names in the metric definitions).
 std::set<std::string> ExportedFamilies() {
   const std::string src = Read(SPECLOOP_SOURCE_DIR "/serve/serving_metrics.cc") +
-                          Read(SPECLOOP_SOURCE_DIR "/trainer/trainer_metrics.cc");
-  return Matches(src, "\"(specloop_[a-z0-9_]+)\"", 1);
+                          Read(SPECLOOP_SOURCE_DIR "/trainer/trainer_metrics.cc") +
+                          Read(SPECLOOP_SOURCE_DIR "/common/process_metrics.cc");
+  return Matches(src, "\"((specloop|process)_[a-z0-9_]+)\"", 1);
 }
 
 // Every specloop_* name in `text` is an exported family, or a histogram's _bucket/_sum/_count.
 void ExpectKnownMetrics(const std::string& text, const std::string& what) {
   const std::set<std::string> families = ExportedFamilies();
   ASSERT_GT(families.size(), 20u);
-  const std::set<std::string> used = Matches(text, "(specloop_[a-z0-9_]+)", 1);
+  const std::set<std::string> used = Matches(text, "((specloop|process)_[a-z0-9_]+)", 1);
   EXPECT_GT(used.size(), 5u) << what;
   for (const std::string& name : used) {
     std::string base = name;

@@ -2,6 +2,12 @@
 // on the fixture models, a free port on 127.0.0.1, stopped by the fixture even on failure.
 #include "serve/http_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <thread>
 
@@ -61,7 +67,9 @@ class TestServer {
     thread_.join();
     scheduler_->Stop();
     sample_logger_.reset();
-    if (logger_) EXPECT_TRUE(logger_->Close().ok());
+    if (logger_) {
+      EXPECT_TRUE(logger_->Close().ok());
+    }
     server_.reset();
   }
 
@@ -396,6 +404,51 @@ TEST(HttpServerLogging, EveryFinishedRequestBecomesARecord) {
     }
   }
   EXPECT_GT(checked, 50);
+}
+
+// cpp-httplib listens with a backlog of 5; Bind() raises it, so a burst of connections that
+// the accept loop has not taken yet (here: it has not started) waits in the kernel instead of
+// having its handshakes dropped (clients would see resets or stalls). And Stop() before Run()
+// makes Run() return at once rather than serve forever.
+TEST(HttpServerSocket, BurstOfConnectionsWaitsInTheBacklog) {
+  std::unique_ptr<ServingMetrics> metrics;  // the status page samples it; no request comes
+  ASSERT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &metrics).ok());
+  HttpServerOptions ho;
+  ho.port = 0;
+  HttpServer server(ho, nullptr, metrics.get(), nullptr, nullptr, nullptr, nullptr);
+  int port = 0;
+  ASSERT_TRUE(server.Bind(&port).ok());
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  constexpr int kConnections = 64;
+  std::vector<pollfd> fds;
+  for (int i = 0; i < kConnections; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    (void)connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));  // EINPROGRESS
+    fds.push_back({fd, POLLOUT, 0});
+  }
+  // Loopback handshakes complete at once when the queue has room; a dropped SYN is retried
+  // only after a second.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_GE(poll(fds.data(), fds.size(), 0), 0);
+  int established = 0;
+  for (const pollfd& p : fds) {
+    int err = -1;
+    socklen_t len = sizeof(err);
+    if ((p.revents & POLLOUT) && getsockopt(p.fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+        err == 0) {
+      ++established;
+    }
+  }
+  EXPECT_EQ(established, kConnections);
+  for (const pollfd& p : fds) close(p.fd);
+  server.Stop();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(server.Run().ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
 }
 
 }  // namespace
