@@ -9,7 +9,9 @@
 // ratios (auto/off, logging overhead) are computed per repetition and their median reported,
 // beside the median throughput and p50/p99 latency of each mode.
 // JSON lines {"name", "params", "value", "unit"}.
+// Also the mean speculation length of the timed part (draft tokens per step).
 // Usage: serve_bench [--shared DIR] [--reps N] [--requests N] [--tokens N] [--warmup N]
+//                    [--concurrency N (default: 1, 4 and 16)]
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -51,7 +53,21 @@ struct Mode {
 
 struct RunResult {
   double tokens_per_second, p50, p99;
+  double k_mean;  // draft tokens per verification step, timed part
 };
+
+// Sum of a family's samples in the registry's text (all labels).
+double FamilySum(const std::string& text, const std::string& family) {
+  double total = 0;
+  for (size_t at = text.find("\n" + family); at != std::string::npos;
+       at = text.find("\n" + family, at + 1)) {
+    const size_t end = text.find('\n', at + 1);
+    const std::string line = text.substr(at + 1, end - at - 1);
+    const char next = line[family.size()];
+    if (next == ' ' || next == '{') total += std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr);
+  }
+  return total;
+}
 
 // One stack, `concurrency` clients, `requests` requests per client.
 // `warmup` untimed requests per client first (different prompts' seeds, same mix).
@@ -126,6 +142,7 @@ RunResult RunOnce(const std::string& shared, const Mode& mode, int concurrency, 
     latencies[c].clear();
     generated[c] = 0;
   }
+  std::string before = metrics->Render(nullptr, nullptr);
   const auto t0 = Clock::now();
   drive(requests, 0);
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -142,7 +159,13 @@ RunResult RunOnce(const std::string& shared, const Mode& mode, int concurrency, 
     all.insert(all.end(), latencies[c].begin(), latencies[c].end());
     total += generated[c];
   }
-  return {total / wall, Percentile(all, 0.5), Percentile(all, 0.99)};
+  const std::string after = metrics->Render(nullptr, nullptr);
+  const double steps = FamilySum(after, "specloop_spec_steps_total") -
+                       FamilySum(before, "specloop_spec_steps_total");
+  const double drafted = FamilySum(after, "specloop_draft_tokens_total") -
+                         FamilySum(before, "specloop_draft_tokens_total");
+  return {total / wall, Percentile(all, 0.5), Percentile(all, 0.99),
+          steps > 0 ? drafted / steps : 0};
 }
 
 }  // namespace
@@ -152,12 +175,14 @@ int main(int argc, char** argv) {
   using namespace specloop;
   std::string shared = SPECLOOP_SHARED_DIR;
   int reps = 5, requests = 0, tokens = 64, warmup = 4;
+  std::vector<int> concurrencies = {1, 4, 16};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--shared")) shared = argv[i + 1];
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--requests")) requests = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--concurrency")) concurrencies = {std::atoi(argv[i + 1])};
   }
   SetComputeThreads(1);
   std::vector<std::pair<std::string, std::string>> prompts;
@@ -176,8 +201,8 @@ int main(int argc, char** argv) {
     }
   }
   const std::vector<Mode> modes = {{"auto", -1, true}, {"off", 0, true}, {"auto_nolog", -1, false}};
-  for (int conc : {1, 4, 16}) {
-    const int per_client = requests > 0 ? requests : std::max(2, 32 / conc);
+  for (int conc : concurrencies) {
+    const int per_client = requests > 0 ? requests : std::max(4, 64 / conc);
     std::map<std::string, std::vector<RunResult>> runs;  // mode -> one result per repetition
     for (int r = 0; r < reps; ++r) {
       for (const Mode& m : modes) {
@@ -185,8 +210,9 @@ int main(int argc, char** argv) {
       }
     }
     for (const Mode& m : modes) {
-      std::vector<double> t, p50, p99;
+      std::vector<double> t, p50, p99, k_mean;
       for (const RunResult& rr : runs[m.name]) {
+        k_mean.push_back(rr.k_mean);
         t.push_back(rr.tokens_per_second);
         p50.push_back(rr.p50);
         p99.push_back(rr.p99);
@@ -200,6 +226,7 @@ int main(int argc, char** argv) {
       Emit("serve_throughput", params, Median(t), "tokens/s");
       Emit("serve_latency_p50", params, Median(p50), "s");
       Emit("serve_latency_p99", params, Median(p99), "s");
+      Emit("serve_k_mean", params, Median(k_mean), "tokens");
     }
     std::vector<double> auto_over_off, overhead;
     for (int r = 0; r < reps; ++r) {
