@@ -30,6 +30,7 @@
 #include "common/threads.h"
 #include "serve/http_server.h"
 #include "serve/sample_logger.h"
+#include "tests/e2e/e2e_util.h"
 
 namespace specloop {
 namespace {
@@ -55,19 +56,6 @@ struct RunResult {
   double tokens_per_second, p50, p99;
   double k_mean;  // draft tokens per verification step, timed part
 };
-
-// Sum of a family's samples in the registry's text (all labels).
-double FamilySum(const std::string& text, const std::string& family) {
-  double total = 0;
-  for (size_t at = text.find("\n" + family); at != std::string::npos;
-       at = text.find("\n" + family, at + 1)) {
-    const size_t end = text.find('\n', at + 1);
-    const std::string line = text.substr(at + 1, end - at - 1);
-    const char next = line[family.size()];
-    if (next == ' ' || next == '{') total += std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr);
-  }
-  return total;
-}
 
 // One stack, `concurrency` clients, `requests` requests per client.
 // `warmup` untimed requests per client first (different prompts' seeds, same mix).
@@ -160,10 +148,10 @@ RunResult RunOnce(const std::string& shared, const Mode& mode, int concurrency, 
     total += generated[c];
   }
   const std::string after = metrics->Render(nullptr, nullptr);
-  const double steps = FamilySum(after, "specloop_spec_steps_total") -
-                       FamilySum(before, "specloop_spec_steps_total");
-  const double drafted = FamilySum(after, "specloop_draft_tokens_total") -
-                         FamilySum(before, "specloop_draft_tokens_total");
+  const double steps = e2e::MetricValue(after, "specloop_spec_steps_total") -
+                       e2e::MetricValue(before, "specloop_spec_steps_total");
+  const double drafted = e2e::MetricValue(after, "specloop_draft_tokens_total") -
+                         e2e::MetricValue(before, "specloop_draft_tokens_total");
   return {total / wall, Percentile(all, 0.5), Percentile(all, 0.99),
           steps > 0 ? drafted / steps : 0};
 }
