@@ -128,7 +128,8 @@ class DraftPublisher {
   // Subscriptions seen on the PUB socket so far. A test waits on this (a handshake, not a
   // sleep) before it expects an announcement to arrive.
   uint64_t subscriptions() const { return subscriptions_.load(); }
-  // Requests answered so far.
+  // Requests answered so far, counted before each reply leaves: once a peer has a reply, its
+  // request is in this count.
   uint64_t requests() const { return requests_.load(); }
 
   // Stops the thread and closes the sockets. Idempotent.

@@ -181,8 +181,9 @@ struct DraftPublisher::Impl {
           Answer(text, &header, &body);
           reply.addstr(header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
           reply.addstr(std::move(body));
-          reply.send(router, ZMQ_DONTWAIT);
+          // Counted before the send, so a peer holding the reply always sees it counted.
           self->requests_.fetch_add(1);
+          reply.send(router, ZMQ_DONTWAIT);
         }
       } catch (const zmq::error_t&) {
         // A peer that vanished mid-reply (EHOSTUNREACH) or a context being torn down: keep
