@@ -23,9 +23,10 @@ Status EstimateAlpha(const LlamaModel& model, const std::vector<Record>& records
   const size_t step = static_cast<size_t>(std::max(1, batch_records));
   try {
     c10::InferenceMode guard;
-    for (size_t b = 0; b < records.size(); b += step) {
-      std::vector<const Record*> ptrs;
-      for (size_t i = b; i < std::min(records.size(), b + step); ++i) ptrs.push_back(&records[i]);
+    std::vector<const Record*> all;
+    all.reserve(records.size());
+    for (const Record& r : records) all.push_back(&r);
+    for (const std::vector<const Record*>& ptrs : SplitForForward(all, step, kMaxForwardTokens)) {
       PositionBatch pb;
       BuildPositionBatch(ptrs, model.config().vocab_size, model.config().max_position_embeddings,
                          &pb);

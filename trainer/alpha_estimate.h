@@ -39,7 +39,8 @@ struct AlphaEstimate {
 };
 
 // Evaluates `model` on the positions of `records` (training_examples.h), in forwards of at
-// most `batch_records` records, under inference mode. IOError wraps a LibTorch failure.
+// most `batch_records` records and kMaxForwardTokens tokens, under inference mode. IOError
+// wraps a LibTorch failure.
 Status EstimateAlpha(const LlamaModel& model, const std::vector<Record>& records,
                      int batch_records, AlphaEstimate* out);
 

@@ -135,31 +135,48 @@ Status Trainer::CatchUp() {
 Status Trainer::TrainStep(const std::vector<const Record*>& batch, double* loss_out) {
   *loss_out = 0;
   const ModelConfig& c = candidate_->config();
-  PositionBatch pb;
-  BuildPositionBatch(batch, c.vocab_size, c.max_position_embeddings, &pb);
-  if (pb.size() == 0) return Status::OK();
+  // One forward and backward per group of at most kMaxForwardTokens tokens, gradients
+  // accumulating: the loss is the mean over all the step's positions, so group g's mean loss
+  // enters with weight N_g / N.
+  std::vector<PositionBatch> groups;
+  std::vector<std::string> domains;
+  int64_t total = 0;
+  for (const auto& g : SplitForForward(batch, 0, kMaxForwardTokens)) {
+    PositionBatch pb;
+    BuildPositionBatch(g, c.vocab_size, c.max_position_embeddings, &pb);
+    if (pb.size() == 0) continue;
+    total += pb.size();
+    domains.insert(domains.end(), pb.domains.begin(), pb.domains.end());
+    groups.push_back(std::move(pb));
+  }
+  if (total == 0) return Status::OK();
   const auto t0 = std::chrono::steady_clock::now();
   try {
     c10::AutoGradMode grad(true);
-    std::vector<KVCache> caches;
-    caches.reserve(pb.inputs.size());
-    std::vector<ForwardInput> in;
-    for (auto& tokens : pb.inputs) {
-      caches.push_back(candidate_->NewCache(static_cast<int64_t>(tokens.size())));
-      in.push_back(ForwardInput{&caches.back(), tokens, /*all_logits=*/true, {}});
-    }
-    const at::Device dev = candidate_->device();
-    at::Tensor logits = candidate_->Forward(in).index_select(0, pb.rows.to(dev));
-    at::Tensor loss = DistillLoss(options_.objective, logits, pb.target_ids.to(dev),
-                                  pb.target_logprobs.to(dev), pb.target_tail.to(dev),
-                                  at::Tensor());
     optimizer_->ZeroGrad();
-    loss.backward();
+    double loss_sum = 0;
+    for (PositionBatch& pb : groups) {
+      std::vector<KVCache> caches;
+      caches.reserve(pb.inputs.size());
+      std::vector<ForwardInput> in;
+      for (auto& tokens : pb.inputs) {
+        caches.push_back(candidate_->NewCache(static_cast<int64_t>(tokens.size())));
+        in.push_back(ForwardInput{&caches.back(), tokens, /*all_logits=*/true, {}});
+      }
+      const at::Device dev = candidate_->device();
+      at::Tensor logits = candidate_->Forward(in).index_select(0, pb.rows.to(dev));
+      at::Tensor loss = DistillLoss(options_.objective, logits, pb.target_ids.to(dev),
+                                    pb.target_logprobs.to(dev), pb.target_tail.to(dev),
+                                    at::Tensor()) *
+                        (static_cast<double>(pb.size()) / static_cast<double>(total));
+      loss.backward();
+      loss_sum += loss.item<double>();
+    }
     const double warm = options_.warmup_steps > 0
                             ? std::min(1.0, double(steps_ + 1) / options_.warmup_steps)
                             : 1.0;
     optimizer_->Step(warm);
-    *loss_out = loss.item<double>();
+    *loss_out = loss_sum;
   } catch (const c10::Error& e) {
     return Status::IOError(std::string("training step: ") + e.what_without_backtrace());
   }
@@ -169,7 +186,7 @@ Status Trainer::TrainStep(const std::vector<const Record*>& batch, double* loss_
   metrics_.steps->Increment();
   metrics_.loss->Add({{"objective", options_.objective.ToString()}}).Set(*loss_out);
   for (const Record* r : batch) metrics_.samples->Add({{"domain", r->domain}}).Increment();
-  for (const std::string& d : pb.domains) metrics_.positions->Add({{"domain", d}}).Increment();
+  for (const std::string& d : domains) metrics_.positions->Add({{"domain", d}}).Increment();
   metrics_.step_seconds->Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return Status::OK();

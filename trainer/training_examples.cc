@@ -21,6 +21,23 @@ bool IsHeldOut(const Record& r, double fraction) {
   return IsHeldOutKey(key, fraction);
 }
 
+std::vector<std::vector<const Record*>> SplitForForward(const std::vector<const Record*>& records,
+                                                        size_t max_records, size_t max_tokens) {
+  std::vector<std::vector<const Record*>> groups;
+  size_t tokens = 0;
+  for (const Record* r : records) {
+    const size_t n = r->tokens.size();
+    if (groups.empty() || (max_records > 0 && groups.back().size() >= max_records) ||
+        tokens + n > max_tokens) {
+      groups.emplace_back();
+      tokens = 0;
+    }
+    groups.back().push_back(r);
+    tokens += n;
+  }
+  return groups;
+}
+
 void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, int max_positions,
                         PositionBatch* out) {
   *out = PositionBatch();

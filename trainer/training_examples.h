@@ -17,6 +17,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,6 +44,19 @@ struct PositionBatch {
 // or beyond max_positions (the draft's context limit). An empty batch (size() == 0) is valid.
 void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, int max_positions,
                         PositionBatch* out);
+
+// Input tokens of one forward pass of training or evaluation, at most (a longer record goes
+// alone). The pass holds a few logits-sized tensors (and their gradients when training), each
+// tokens * vocab * 4 bytes (16 KiB per token at vocab 4096): a batch of long records used to
+// make a step's transient memory several hundred MiB, and the heap's high-water mark (glibc
+// returns little of it) followed the longest batch seen so far. This bounds it per pass.
+inline constexpr size_t kMaxForwardTokens = 512;
+
+// Splits `records`, in order, into groups of at most max_records records (0: no limit) and at
+// most max_tokens Record::tokens in all; a record longer than max_tokens forms a group alone.
+// Every record lands in exactly one group; no group is empty.
+std::vector<std::vector<const Record*>> SplitForForward(const std::vector<const Record*>& records,
+                                                        size_t max_records, size_t max_tokens);
 
 // Deterministic hold-out (heldout_split.h): true for about `fraction` of records, chosen by a
 // hash of the prompt ids (of the request id, or of time, worker and domain, for a record
