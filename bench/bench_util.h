@@ -27,6 +27,18 @@ inline void Emit(const std::string& name, const nlohmann::json& params, double v
             << std::endl;
 }
 
+// "a,b,c" -> {"a", "b", "c"} (empty pieces dropped).
+inline std::vector<std::string> SplitCommas(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
 // Loads a model directory or exits with the error: a benchmark has nothing to measure without.
 inline std::unique_ptr<LlamaModel> LoadOrDie(const std::string& dir) {
   std::unique_ptr<LlamaModel> m;

@@ -3,12 +3,16 @@
 // acceptance, geometric estimate), c (draft cost per token over one target decode step) and
 // beta(k) (target forward of k + 1 positions over one of 1 position), and the measured
 // speedup beside the predicted tau(alpha, k) / (k c + beta(k)).
-// Rates are decode-phase tokens/s (prompt processing excluded). Prints JSON lines
-// {"name", "params", "value", "unit"}. Medians over `--reps` repetitions, the lengths
-// interleaved within each. Auto keeps one policy per draft and domain (as serving keeps one per
+// Rates are decode-phase tokens/s (the target's prompt processing excluded, the draft's catch-up
+// on the prompt included). Prints JSON lines {"name", "params", "value", "unit"}. Medians over
+// `--reps` repetitions, the lengths interleaved prompt by prompt within each; ratios are
+// medians of the per-repetition ratios. Auto keeps one policy per draft and domain (as serving keeps one per
 // domain); it first decodes the domain's prompts once untimed, as a long-running server's
 // policy has long learnt alpha and costs.
+// Also "k0_path_vs_plain": the speculative decoder held at k = 0 against plain decoding, the
+// per-step cost of the speculative path itself (auto's floor when it never speculates).
 // Usage: spec_bench [--shared DIR] [--prompts N] [--tokens N] [--reps N] [--temperature T]
+//                   [--drafts a,b] [--domains a,b]
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -50,7 +54,11 @@ int main(int argc, char** argv) {
   std::string shared = SPECLOOP_SHARED_DIR;
   int n_prompts = 5, max_tokens = 64, reps = 5;
   float temperature = 0.0f;
+  std::vector<std::string> drafts = {"draft-mix-1m", "draft-prose-1m"};
+  std::vector<std::string> domains = {"prose", "python", "c", "legal", "docs"};
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--drafts")) drafts = bench::SplitCommas(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--domains")) domains = bench::SplitCommas(argv[i + 1]);
     if (!std::strcmp(argv[i], "--shared")) shared = argv[i + 1];
     if (!std::strcmp(argv[i], "--prompts")) n_prompts = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--tokens")) max_tokens = std::atoi(argv[i + 1]);
@@ -76,7 +84,6 @@ int main(int argc, char** argv) {
   gen.max_tokens = max_tokens;
   gen.sampling.temperature = temperature;
   gen.stop_at_eos = false;
-  const std::vector<std::string> domains = {"prose", "python", "c", "legal", "docs"};
   std::map<std::string, std::vector<std::vector<int>>> prompts;
   for (const auto& d : domains) {
     std::ifstream in(shared + "/prompts/" + d + ".jsonl");
@@ -88,7 +95,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  for (const std::string draft_name : {"draft-mix-1m", "draft-prose-1m"}) {
+  for (const std::string& draft_name : drafts) {
     auto draft = LoadOrDie(shared + "/models/" + draft_name);
     SpeculationPolicy draft_cost;
     CalibrateSpeculationPolicy(*target, draft.get(), 0, &draft_cost);
@@ -96,10 +103,11 @@ int main(int argc, char** argv) {
     Emit("draft_cost_ratio_c", {{"draft", draft_name}}, c, "ratio");
     for (const auto& domain : domains) {
       // k = -1: auto (one policy per draft and domain, learning across prompts, as serving
-      // keeps one per domain); k = 0: plain decoding.
+      // keeps one per domain); k = 0: plain decoding; k = -2: the speculative decoder at k = 0.
+      constexpr int kAuto = -1, kPathAtZero = -2;
       std::map<int, std::vector<double>> tps;  // k -> per-rep tokens/s
       std::map<int, SpeculativeStats> stats;
-      std::vector<int> ks = {0, 1, 2, 3, 4, 5, 6, 7, 8, -1};
+      std::vector<int> ks = {0, 1, 2, 3, 4, 5, 6, 7, 8, kAuto, kPathAtZero};
       SpeculationPolicy policy;
       CalibrateSpeculationPolicy(*target, draft.get(), k_max, &policy, 256, gen.sampling);
       for (const auto& prompt : prompts[domain]) {  // auto's warm-up, untimed
@@ -110,10 +118,11 @@ int main(int argc, char** argv) {
         GenerateSpeculative(*target, &proposer, prompt, o, nullptr);
       }
       for (int rep = 0; rep < reps; ++rep) {
-        for (int k : ks) {
-          double seconds = 0;
-          int64_t tokens = 0;
-          for (const auto& prompt : prompts[domain]) {
+        // Every length on each prompt in turn, so that a rep's rates share the machine's state.
+        std::map<int, double> seconds;
+        std::map<int, int64_t> tokens;
+        for (const auto& prompt : prompts[domain]) {
+          for (int k : ks) {
             GenerateResult r;
             if (k == 0) {
               r = GeneratePlain(*target, prompt, gen);
@@ -121,20 +130,27 @@ int main(int argc, char** argv) {
               DraftModelProposer proposer(draft.get(), gen.sampling);
               SpeculativeOptions o;
               o.generate = gen;
-              o.k = k;
-              if (k < 0) o.policy = &policy;
+              o.k = std::max(k, 0);
+              if (k == kAuto) o.policy = &policy;
               SpeculativeStats s;
               r = GenerateSpeculative(*target, &proposer, prompt, o, &s);
               stats[k].Add(s);
             }
-            // Decode phase only (prompt processing excluded; it dilutes any decoding speedup
-            // and is the same work in both): plain's first token comes from its prefill.
-            seconds += r.decode_seconds;
-            tokens += r.tokens.size() - (k == 0 ? 1 : 0);
+            // Decode phase only: the target's prompt processing is the same work in both and
+            // dilutes any decoding speedup; the draft's catch-up on the prompt is in the decode
+            // phase (work only speculation needs). Plain's first token comes from its prefill.
+            seconds[k] += r.decode_seconds;
+            tokens[k] += r.tokens.size() - (k == 0 ? 1 : 0);
           }
-          tps[k].push_back(tokens / seconds);
         }
+        for (int k : ks) tps[k].push_back(tokens[k] / seconds[k]);
       }
+      // Ratios between lengths: the median over reps of the ratio within each rep.
+      auto ratio = [&](int a, int b) {
+        std::vector<double> r;
+        for (int rep = 0; rep < reps; ++rep) r.push_back(tps[a][rep] / tps[b][rep]);
+        return Median(r);
+      };
       const double plain = Median(tps[0]);
       const json base = {{"draft", draft_name}, {"domain", domain},
                          {"temperature", temperature}, {"tokens", max_tokens}};
@@ -143,14 +159,15 @@ int main(int argc, char** argv) {
       Emit("tokens_per_second", p, plain, "tokens/s");
       double best_fixed = 0;
       int best_k = 0;
+      Emit("k0_path_vs_plain", base, ratio(kPathAtZero, 0), "ratio");
       for (int k : ks) {
-        if (k == 0) continue;
+        if (k == 0 || k == kPathAtZero) continue;
         const SpeculativeStats& s = stats[k];
         const double measured = Median(tps[k]);
         p = base;
         p["k"] = k < 0 ? json("auto") : json(k);
         Emit("tokens_per_second", p, measured, "tokens/s");
-        Emit("speedup", p, measured / plain, "ratio");
+        Emit("speedup", p, ratio(k, 0), "ratio");
         // Geometric per-token acceptance: accepted / (accepted + steps that saw a rejection).
         int64_t full = 0;  // steps that accepted their whole block
         if (k > 0 && !s.accepted_at.empty()) full = s.accepted_at[k - 1];
@@ -171,8 +188,8 @@ int main(int argc, char** argv) {
           }
         } else {
           Emit("k_mean", p, s.k_mean(), "tokens");
-          Emit("auto_vs_best_fixed", p, measured / best_fixed, "ratio");
-          Emit("auto_vs_plain", p, measured / plain, "ratio");
+          Emit("auto_vs_best_fixed", p, ratio(kAuto, best_k), "ratio");
+          Emit("auto_vs_plain", p, ratio(kAuto, 0), "ratio");
           p["best_fixed_k"] = best_k;
         }
       }

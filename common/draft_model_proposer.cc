@@ -44,11 +44,15 @@ void DraftModelProposer::SettleTree(const std::vector<int>& context) {
   tree_past_ = -1;
 }
 
-at::Tensor DraftModelProposer::CatchUp(const std::vector<int>& context, size_t* fed) {
-  SettleTree(context);
+size_t DraftModelProposer::Kept(const std::vector<int>& context) const {
   size_t keep = 0;
   while (keep < cached_.size() && keep < context.size() && cached_[keep] == context[keep]) ++keep;
-  if (keep == context.size()) --keep;  // the last token must be fed to get the next row
+  return keep == context.size() && keep > 0 ? keep - 1 : keep;
+}
+
+at::Tensor DraftModelProposer::Feed(const std::vector<int>& context, size_t* fed) {
+  SettleTree(context);
+  const size_t keep = Kept(context);
   cache_.Truncate(keep);
   cached_.resize(keep);
   std::vector<int64_t> feed(context.begin() + keep, context.end());
@@ -57,11 +61,15 @@ at::Tensor DraftModelProposer::CatchUp(const std::vector<int>& context, size_t* 
   return draft_->Forward({{&cache_, std::move(feed), false}});
 }
 
-void DraftModelProposer::Prefill(const std::vector<int>& context) {
-  c10::InferenceMode guard;
-  if (context.size() < 2) return;
-  size_t fed = 0;
-  CatchUp(std::vector<int>(context.begin(), context.end() - 1), &fed);
+// A block always feeds the pending token, and after a fully accepted block the last draft too;
+// more than that is a catch-up.
+constexpr size_t kSteadyFeed = 2;
+
+int64_t DraftModelProposer::CatchUpTokens(const std::vector<int>& context) const {
+  // The last tree's accepted path settles into the cache without a forward.
+  if (tree_past_ >= 0 && Kept(context) >= static_cast<size_t>(tree_past_)) return 0;
+  const size_t fed = context.size() - Kept(context);
+  return fed > kSteadyFeed ? static_cast<int64_t>(fed) : 0;
 }
 
 void DraftModelProposer::Propose(const std::vector<int>& context, int max_k, DraftBlock* out) {
@@ -69,16 +77,21 @@ void DraftModelProposer::Propose(const std::vector<int>& context, int max_k, Dra
   c10::InferenceMode guard;
   out->Clear();
   last_seconds_ = 0.0;
+  last_catch_up_ = CatchUp();
   const int V = draft_->config().vocab_size;
   const int limit = draft_->config().max_position_embeddings;
   if (max_k > 0 && !context.empty()) {
-    // A catch-up of the pending token (and the last draft, after a fully accepted block) is
-    // the block's first forward; a longer one is owed work and is not timed.
+    // Feeding the pending token (and the last draft, after a fully accepted block) is the
+    // block's first forward; a longer feed is a catch-up, timed apart.
     auto t0 = Clock::now();
     size_t fed = 0;
-    at::Tensor logits = CatchUp(context, &fed);
-    const bool steady = fed <= 2;
-    if (!steady) t0 = Clock::now();
+    at::Tensor logits = Feed(context, &fed);
+    const bool steady = fed <= kSteadyFeed;
+    if (!steady) {
+      const auto t1 = Clock::now();
+      last_catch_up_ = {static_cast<int64_t>(fed), std::chrono::duration<double>(t1 - t0).count()};
+      t0 = t1;
+    }
     int forwards = steady ? 1 : 0;
     if (!branching_.empty()) {
       ProposeTree(max_k, logits, out, &forwards);

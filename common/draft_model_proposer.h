@@ -28,7 +28,8 @@ class DraftModelProposer : public Proposer {
 
   void Propose(const std::vector<int>& context, int max_k, DraftBlock* out) override;
   double last_propose_seconds() const override { return last_seconds_; }
-  void Prefill(const std::vector<int>& context) override;
+  int64_t CatchUpTokens(const std::vector<int>& context) const override;
+  CatchUp last_catch_up() const override { return last_catch_up_; }
 
   // Points the proposer at another draft model (hot-swap): the cache is rebuilt on next use.
   void SetDraft(const LlamaModel* draft);
@@ -40,7 +41,10 @@ class DraftModelProposer : public Proposer {
  private:
   // Feeds context tokens the cache lacks (after rolling back what the context no longer has)
   // and returns the logits row for the next position; `*fed` = tokens fed.
-  at::Tensor CatchUp(const std::vector<int>& context, size_t* fed);
+  at::Tensor Feed(const std::vector<int>& context, size_t* fed);
+  // Length of the longest prefix of `context` in the cache, short of its last token (which
+  // must be fed to get the next row).
+  size_t Kept(const std::vector<int>& context) const;
 
   // Drafts a tree of depth <= max_k from `logits` (the row after the context) into `out`.
   void ProposeTree(int max_k, at::Tensor logits, DraftBlock* out, int* forwards);
@@ -59,6 +63,7 @@ class DraftModelProposer : public Proposer {
   std::vector<int> cached_;  // the tokens in cache_, in order
   std::vector<float> scratch_;
   double last_seconds_ = 0.0;
+  CatchUp last_catch_up_;
 };
 
 }  // namespace specloop

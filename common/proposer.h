@@ -5,6 +5,7 @@
 // object per sequence, told the committed context before each proposal.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 namespace specloop {
@@ -38,15 +39,23 @@ class Proposer {
   // proposer rolls its own state back to the longest prefix it shares with `context`.
   virtual void Propose(const std::vector<int>& context, int max_k, DraftBlock* out) = 0;
 
-  // Processes all of `context` but its last token ahead of the first Propose() (prompt
-  // processing), so that drafting starts warm. Optional: Propose() catches up regardless.
-  virtual void Prefill(const std::vector<int>& context) {}
-
-  // Steady-state seconds of the last Propose(): its model forwards, excluding a catch-up of
-  // more than the pending token (a prompt or tokens decoded without speculation, work owed
-  // anyway); 0 for free proposers; negative when the call measured nothing usable. The cost
+  // Steady-state seconds of the last Propose(): its model forwards, excluding a catch-up
+  // (below); 0 for free proposers; negative when the call measured nothing usable. The cost
   // model of adaptive speculation reads it.
   virtual double last_propose_seconds() const { return 0.0; }
+
+  // Catch-up: context tokens a stateful proposer must process before it can draft after
+  // `context`, beyond the one or two every block feeds (the pending token, and the last draft
+  // after a fully accepted block). The whole prompt before a sequence's first block, the
+  // tokens decoded plainly since its last block, everything after a draft swap: work that a
+  // switch to speculation owes, which adaptive speculation prices. 0 for free proposers.
+  virtual int64_t CatchUpTokens(const std::vector<int>& context) const { return 0; }
+  // The catch-up done by the last Propose(): tokens, and seconds they took (0, 0 when none).
+  struct CatchUp {
+    int64_t tokens = 0;
+    double seconds = 0.0;
+  };
+  virtual CatchUp last_catch_up() const { return {}; }
 };
 
 // Asks `first` (e.g. free prompt lookup) and, when it proposes nothing, `second` (e.g. the draft
@@ -58,22 +67,27 @@ class FallbackProposer : public Proposer {
   void Propose(const std::vector<int>& context, int max_k, DraftBlock* out) override {
     first_->Propose(context, max_k, out);
     seconds_ = first_->last_propose_seconds();
+    catch_up_ = first_->last_catch_up();
     if (out->tokens.empty()) {
       second_->Propose(context, max_k, out);
       const double s = second_->last_propose_seconds();
       seconds_ = s < 0 || seconds_ < 0 ? -1.0 : seconds_ + s;
+      const CatchUp c = second_->last_catch_up();
+      catch_up_.tokens += c.tokens;
+      catch_up_.seconds += c.seconds;
     }
   }
   double last_propose_seconds() const override { return seconds_; }
-  void Prefill(const std::vector<int>& context) override {
-    first_->Prefill(context);
-    second_->Prefill(context);
+  int64_t CatchUpTokens(const std::vector<int>& context) const override {
+    return first_->CatchUpTokens(context) + second_->CatchUpTokens(context);
   }
+  CatchUp last_catch_up() const override { return catch_up_; }
 
  private:
   Proposer* first_;
   Proposer* second_;
   double seconds_ = 0.0;
+  CatchUp catch_up_;
 };
 
 }  // namespace specloop

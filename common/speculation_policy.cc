@@ -11,12 +11,14 @@ namespace specloop {
 SpeculationPolicy::SpeculationPolicy(const SpeculationPolicyOptions& options)
     : options_(options),
       decay_(std::pow(0.5, 1.0 / std::max(1.0, options.half_life_steps))),
+      shape_decay_(std::pow(decay_, 1.0 / 32)),
       successes_(options.prior_alpha * options.prior_weight),
       failures_((1.0 - options.prior_alpha) * options.prior_weight),
       target_cost_(options.k_max + 2, 0.0),
       real_tokens_(options.k_max + 1, 0.0),
       real_seconds_(options.k_max + 1, 0.0),
       real_steps_(options.k_max + 1, 0),
+      real_last_(options.k_max + 1, 0),
       probe_wait_(std::max(1, options.probe_interval)) {}
 
 void SpeculationPolicy::ObserveStep(int drafted, int accepted) {
@@ -26,42 +28,60 @@ void SpeculationPolicy::ObserveStep(int drafted, int accepted) {
 }
 
 void SpeculationPolicy::ObserveTarget(int positions, double seconds) {
-  if (positions < 1 || positions >= static_cast<int>(target_cost_.size())) return;
+  if (positions < 1 || positions >= static_cast<int>(target_cost_.size()) || !(seconds > 0)) {
+    return;
+  }
   double& c = target_cost_[positions];
-  c = c > 0 ? c * decay_ + seconds * (1.0 - decay_) : seconds;
+  if (c <= 0) {  // its first measurement replaces interpolation
+    c = seconds / load_;
+    return;
+  }
+  // The load moves by the observation's ratio to the model, geometrically; then the size's
+  // own cost follows what is left of that ratio, 32 times more slowly (where only one size is
+  // observed, as at k = 0, the two cannot be told apart: the load takes nearly all of it).
+  load_ *= std::pow(seconds / (load_ * c), 1.0 - decay_);
+  c = c * shape_decay_ + seconds / load_ * (1.0 - shape_decay_);
 }
 
 void SpeculationPolicy::ObserveDraft(int tokens, double seconds) {
   if (tokens <= 0) return;
-  draft_s_ = draft_s_ * decay_ + seconds;
+  draft_s_ = draft_s_ * decay_ + seconds / load_;
   draft_n_ = draft_n_ * decay_ + tokens;
+}
+
+void SpeculationPolicy::ObserveCatchUp(int64_t tokens, double seconds) {
+  if (tokens <= 0 || !(seconds > 0)) return;
+  catch_up_s_ = catch_up_s_ * decay_ + seconds / load_;
+  catch_up_n_ = catch_up_n_ * decay_ + static_cast<double>(tokens);
+}
+
+double SpeculationPolicy::CatchUpSeconds(int64_t tokens) const {
+  if (tokens <= 0 || catch_up_n_ <= 0) return 0.0;
+  return std::max(draft_seconds_per_token(), load_ * catch_up_s_ / catch_up_n_ * tokens);
 }
 
 void SpeculationPolicy::ObserveRealized(int k, int emitted, double seconds) {
   if (k < 0 || k > options_.k_max || seconds <= 0) return;
   real_tokens_[k] = real_tokens_[k] * decay_ + emitted;
-  real_seconds_[k] = real_seconds_[k] * decay_ + seconds;
+  real_seconds_[k] = real_seconds_[k] * decay_ + seconds / load_;
   real_steps_[k]++;
+  real_last_[k] = ++steps_;
 }
 
 double SpeculationPolicy::RealizedRate(int k) const {
   if (k < 0 || k > options_.k_max || real_steps_[k] < options_.min_realized_steps) return -1.0;
-  return real_tokens_[k] / real_seconds_[k];
+  return real_tokens_[k] / (real_seconds_[k] * load_);
 }
 
-double SpeculationPolicy::Blend(int k, double model) const {
-  const double r = RealizedRate(k);
-  return r >= 0 ? r : model;
-}
 
 void SpeculationPolicy::SeedTarget(int positions, double seconds) {
   if (positions >= 1 && positions < static_cast<int>(target_cost_.size())) {
-    target_cost_[positions] = seconds;
+    target_cost_[positions] = seconds / load_;
   }
 }
 
 void SpeculationPolicy::SeedDraft(double seconds_per_token) {
-  draft_s_ = seconds_per_token;
+  draft_s_ = seconds_per_token / load_;
   draft_n_ = 1;
 }
 
@@ -71,10 +91,14 @@ double SpeculationPolicy::alpha() const {
 }
 
 double SpeculationPolicy::draft_seconds_per_token() const {
-  return draft_n_ > 0 ? draft_s_ / draft_n_ : 0.0;
+  return draft_n_ > 0 ? load_ * draft_s_ / draft_n_ : 0.0;
 }
 
 double SpeculationPolicy::target_seconds(int positions) const {
+  return load_ * TargetCost(positions);
+}
+
+double SpeculationPolicy::TargetCost(int positions) const {
   const int n_max = static_cast<int>(target_cost_.size()) - 1;
   positions = std::clamp(positions, 1, n_max);
   if (target_cost_[positions] > 0) return target_cost_[positions];
@@ -93,14 +117,32 @@ double SpeculationPolicy::ExpectedRate(int k) const {
   return time > 0 ? spec::ExpectedTokensPerStep(alpha(), k) / time : 0.0;
 }
 
-int SpeculationPolicy::ChooseK() {
+int SpeculationPolicy::ChooseK(int64_t catch_up_tokens, int64_t remaining) {
   if (target_seconds(1) <= 0 || draft_n_ <= 0) return std::max(1, options_.k_max / 2);
-  return ChooseBest([this](int k) { return Blend(k, ExpectedRate(k)); }, 1);
+  return ChooseBest([this](int k) { return ExpectedRate(k); }, 1, catch_up_tokens, remaining);
 }
 
-int SpeculationPolicy::ChooseBest(const std::function<double(int)>& rate, int probe_scale) {
+int SpeculationPolicy::ChooseBest(const std::function<double(int)>& model, int probe_scale,
+                                  int64_t catch_up_tokens, int64_t remaining) {
+  // A length's realized rate where trusted, else the model's. The model misses overheads
+  // (bookkeeping, caches, two models taking turns) that realized rates show; a length without
+  // one of its own is charged the share measured at the last speculative length realized (at
+  // k = 0 before any), or realized rates would be set against an overhead-free model.
+  int measured = RealizedRate(0) > 0 ? 0 : -1;
+  for (int k = 1; k <= options_.k_max; ++k) {
+    if (RealizedRate(k) > 0 && (measured <= 0 || real_last_[k] > real_last_[measured])) {
+      measured = k;
+    }
+  }
+  const double efficiency =
+      measured >= 0 && model(measured) > 0 ? RealizedRate(measured) / model(measured) : 1.0;
+  auto rate = [&](int k) {
+    const double r = RealizedRate(k);
+    return r >= 0 ? r : k == 0 ? model(0) : model(k) * efficiency;
+  };
   int best = 0, best_spec = 1;
-  double best_rate = rate(0), best_spec_rate = 0;
+  const double plain_rate = rate(0);
+  double best_rate = plain_rate, best_spec_rate = 0;
   for (int k = 1; k <= options_.k_max; ++k) {
     const double r = rate(k);
     if (r > best_rate) {
@@ -112,11 +154,21 @@ int SpeculationPolicy::ChooseBest(const std::function<double(int)>& rate, int pr
       best_spec_rate = r;
     }
   }
+  // Speculating now first pays the catch-up; the rest of the sequence must repay it.
+  if (best > 0 && remaining > 0 && catch_up_tokens > 0 && plain_rate > 0) {
+    const double n = static_cast<double>(remaining);  // best_rate > plain_rate > 0
+    if (CatchUpSeconds(catch_up_tokens) >= n / plain_rate - n / best_rate) best = 0;
+  }
   if (best > 0) {
     zero_streak_ = 0;
     probe_wait_ = std::max(1, options_.probe_interval);
-    return best;
+    if (++spec_streak_ < int64_t{std::max(1, options_.max_probe_interval)} * probe_scale) {
+      return best;
+    }
+    spec_streak_ = 0;
+    return 0;  // a plain step now and then keeps k = 0's rate current
   }
+  spec_streak_ = 0;
   if (++zero_streak_ < int64_t{probe_wait_} * probe_scale) return 0;
   zero_streak_ = 0;
   probe_wait_ = std::min(2 * probe_wait_, std::max(1, options_.max_probe_interval));
@@ -130,12 +182,13 @@ double SpeculationPolicy::ExpectedRateInBatch(int k, const BatchCostModel& cost,
   return time > 0 ? spec::ExpectedTokensPerStep(alpha(), k) / time : 0.0;
 }
 
-int SpeculationPolicy::ChooseKInBatch(const BatchCostModel& cost, int batch_size) {
-  if (cost.empty() || draft_n_ <= 0) return ChooseK();
+int SpeculationPolicy::ChooseKInBatch(const BatchCostModel& cost, int batch_size,
+                                      int64_t catch_up_tokens, int64_t remaining) {
+  if (cost.empty() || draft_n_ <= 0) return ChooseK(catch_up_tokens, remaining);
   batch_size = std::max(1, batch_size);
   // A probe delays the whole batch: probe batch_size times less often.
-  return ChooseBest([&](int k) { return Blend(k, ExpectedRateInBatch(k, cost, batch_size)); },
-                    batch_size);
+  return ChooseBest([&](int k) { return ExpectedRateInBatch(k, cost, batch_size); }, batch_size,
+                    catch_up_tokens, remaining);
 }
 
 BatchCostModel::BatchCostModel(double half_life)

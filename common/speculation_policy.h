@@ -9,8 +9,21 @@
 // (seeded by a calibration run, refined by every observed forward; unmeasured n interpolated).
 // k = 0 (plain decoding) is chosen where nothing beats it; while at 0, a probe now and then
 // choice still speculates so that acceptance keeps being measured (it may recover, e.g. after
-// a new draft). Pure logic; the caller times forwards and reports them. One policy per domain
-// (or per request). Not thread-safe.
+// a new draft). A sequence whose draft has fallen behind (its prompt, tokens decoded plainly,
+// a swapped draft: Proposer::CatchUpTokens) first pays the draft's catch-up; it switches to
+// speculation only where the time saved over the tokens it has left repays that:
+//
+//   catch_up_seconds + remaining / rate(k) < remaining / rate(0)
+//
+// A shared machine slows every forward alike, and the load changes while a length goes
+// unobserved (the sizes of forwards that k = 0 never runs, the draft, a length's realized
+// rate). So costs are kept in load-free units: a load factor follows the ratio of each
+// observed target forward to its modelled cost, every observation is divided by it when
+// recorded and every estimate multiplied by it when read. Ratios between lengths, which the
+// choice depends on, then compare measurements taken under different loads fairly.
+//
+// Pure logic; the caller times forwards and reports them. One policy per domain (or per
+// request). Not thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +49,8 @@ struct SpeculationPolicyOptions {
   // change the verdict doubles the wait, up to max_probe_interval (a probe with a poor draft
   // costs draft forwards and a longer verification). Default: 16.
   int probe_interval = 16;
-  // Default: 256.
+  // Default: 256. While some k > 0 wins, every max_probe_interval-th choice is a plain step,
+  // so that k = 0's realized rate stays current too.
   int max_probe_interval = 256;
 };
 
@@ -48,25 +62,38 @@ class SpeculationPolicy {
   // Acceptance is estimated as a geometric success rate: `accepted` successes and, when
   // accepted < drafted, one failure (positions after the first rejection were never tested).
   void ObserveStep(int drafted, int accepted);
-  // Seconds the target took for one forward of `positions` new tokens of one sequence.
+  // Seconds the target took for one forward of `positions` new tokens of one sequence. Moves
+  // the load factor (once `positions` has a cost of its own) and, more slowly, that cost.
   void ObserveTarget(int positions, double seconds);
   // Seconds the proposer took to draft `tokens` tokens (skip free proposers).
   void ObserveDraft(int tokens, double seconds);
+  // Seconds the draft took to catch up on `tokens` context tokens in one forward.
+  void ObserveCatchUp(int64_t tokens, double seconds);
   // A whole step taken at length k: `emitted` tokens in `seconds` (drafting, this sequence's
   // share of the target forward, verification). Once k has `min_realized_steps` recent
-  // steps, its realized rate replaces the model's estimate: the model misses overheads (and
-  // machine load), the realized rate does not, so a length that loses in practice stops
-  // being chosen.
+  // steps, its realized rate replaces the model's estimate: the model misses overheads, the
+  // realized rate does not, so a length that loses in practice stops being chosen. Lengths
+  // still without one get their modelled rate scaled by the realized over modelled rate of
+  // the last speculative length measured (k = 0's before any).
   void ObserveRealized(int k, int emitted, double seconds);
   // Realized tokens per second at length k; negative while it has too few steps.
   double RealizedRate(int k) const;
 
   // The k with the highest expected tokens per second; 0 when speculation does not pay (but
-  // see probe_interval). Before any target or draft cost is known: k_max / 2.
-  int ChooseK();
+  // see probe_interval), counting the draft's catch-up on `catch_up_tokens` tokens against
+  // the time saved over the `remaining` tokens the sequence may still emit (remaining <= 0:
+  // unknown, the catch-up is not counted). Before any target or draft cost is known:
+  // k_max / 2.
+  int ChooseK(int64_t catch_up_tokens = 0, int64_t remaining = 0);
 
   double alpha() const;
+  // The load factor: recent target forwards' seconds over their load-free cost (1 at start).
+  double load() const { return load_; }
   double draft_seconds_per_token() const;
+  // Expected seconds of the draft's catch-up on `tokens` tokens: the observed seconds per
+  // caught-up token times `tokens`, and at least one draft forward; 0 before any catch-up or
+  // draft cost is known.
+  double CatchUpSeconds(int64_t tokens) const;
   // Target seconds for a forward of `positions` new tokens: measured, else interpolated
   // between the nearest measured sizes (extrapolated flat); 0 when nothing is measured.
   double target_seconds(int positions) const;
@@ -79,8 +106,9 @@ class SpeculationPolicy {
   // Large batches make verification cheap per row and drafting (one sequence at a time)
   // relatively dear, so this turns speculation down and then off. While k = 0 wins, it probes
   // as ChooseK() does, with waits batch_size times longer (each probe delays the whole batch).
-  // Falls back to ChooseK() while `cost` has no measurement.
-  int ChooseKInBatch(const class BatchCostModel& cost, int batch_size);
+  // Falls back to ChooseK() while `cost` has no measurement. Catch-up as in ChooseK().
+  int ChooseKInBatch(const class BatchCostModel& cost, int batch_size,
+                     int64_t catch_up_tokens = 0, int64_t remaining = 0);
   // Expected tokens per second of one sequence at length k in a batch of `batch_size`.
   double ExpectedRateInBatch(int k, const class BatchCostModel& cost, int batch_size) const;
 
@@ -91,20 +119,27 @@ class SpeculationPolicy {
  private:
   SpeculationPolicyOptions options_;
   double decay_;  // per-observation weight kept: 0.5^(1 / half_life)
+  double shape_decay_;  // the same for a target cost's shape: 32x the half-life
+  double load_ = 1.0;  // see the class comment; every seconds below is divided by it
   // Acceptance: decayed counts of successes and failures.
   double successes_, failures_;
-  // Target cost per block size n = 1..k_max + 1 (index n); 0 = not measured.
+  // Target cost per block size n = 1..k_max + 1 (index n), load-free; 0 = not measured.
   std::vector<double> target_cost_;
-  // Draft cost: decayed sums of seconds and tokens.
+  double TargetCost(int positions) const;  // load-free, interpolated
+  // Draft cost: decayed sums of seconds and tokens; likewise for catch-ups.
   double draft_s_ = 0, draft_n_ = 0;
+  double catch_up_s_ = 0, catch_up_n_ = 0;
   // Realized rate per k: decayed sums of emitted tokens and seconds, and steps seen.
   std::vector<double> real_tokens_, real_seconds_;
   std::vector<int64_t> real_steps_;
-  // RealizedRate(k) where trusted, else `model`.
-  double Blend(int k, double model) const;
-  // The k maximizing rate(k) over [0, k_max], with probes while 0 wins (waits scaled by
-  // probe_scale).
-  int ChooseBest(const std::function<double(int)>& rate, int probe_scale);
+  std::vector<int64_t> real_last_;  // steps_ at k's last realized step
+  int64_t steps_ = 0;               // realized steps observed, at any length
+  int64_t spec_streak_ = 0;         // choices of k > 0 since the last plain step
+  // The k maximizing the rate over [0, k_max] (realized where trusted, else `model` charged
+  // the measured overhead; a k > 0 must also repay the catch-up over `remaining` tokens),
+  // with probes either way (waits scaled by probe_scale).
+  int ChooseBest(const std::function<double(int)>& model, int probe_scale,
+                 int64_t catch_up_tokens, int64_t remaining);
 
   int64_t zero_streak_ = 0;  // choices of k = 0 since the last probe or k > 0
   int probe_wait_;       // choices of k = 0 before the next probe

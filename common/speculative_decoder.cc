@@ -208,14 +208,18 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
   c10::InferenceMode guard;
   GenerateResult r;
   auto t0 = Clock::now();
+  // Prefill: the prompt but its last token, in the target. The draft catches up on the prompt
+  // when it first drafts (work only speculation needs: decode time, and the policy's to price).
   SpeculativeDecoder dec(&target, proposer, prompt, options.generate);
-  // Prefill: the prompt but its last token, in both models (the draft's catch-up).
-  if (!dec.finished()) proposer->Prefill(prompt);
   auto t1 = Clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   t0 = t1;
   while (!dec.finished()) {
-    const int k = options.policy ? options.policy->ChooseK() : options.k;
+    const int64_t remaining =
+        options.generate.max_tokens - static_cast<int64_t>(dec.tokens().size() - prompt.size());
+    const int k = options.policy
+                      ? options.policy->ChooseK(proposer->CatchUpTokens(dec.tokens()), remaining)
+                      : options.k;
     const auto s0 = Clock::now();
     dec.Propose(k);
     ForwardInput in = dec.TargetInput();
@@ -226,8 +230,12 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
     const double verify_s = std::chrono::duration<double>(Clock::now() - f0).count();
     if (options.policy) {
       const int drafted = dec.draft().tokens.size();
+      // The step's own time; a catch-up is owed work, priced apart.
+      const Proposer::CatchUp catch_up = proposer->last_catch_up();
+      options.policy->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
       options.policy->ObserveRealized(
-          k, dec.last_accepted() + 1, std::chrono::duration<double>(Clock::now() - s0).count());
+          k, dec.last_accepted() + 1,
+          std::chrono::duration<double>(Clock::now() - s0).count() - catch_up.seconds);
       options.policy->ObserveTarget(positions, verify_s);
       const double draft_s = proposer->last_propose_seconds();
       if (draft_s >= 0) options.policy->ObserveDraft(drafted, draft_s);
@@ -260,9 +268,11 @@ void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draf
   KVCache target_cache = target.NewCache(context + k_max + 1);
   target.Forward({{&target_cache, std::vector<int64_t>(context, 3), false}});
   KVCache draft_cache;
-  if (draft) {
+  if (draft) {  // its prompt-sized catch-up, timed
     draft_cache = draft->NewCache(context + 1);
+    const auto t0 = Clock::now();
     draft->Forward({{&draft_cache, std::vector<int64_t>(context, 3), false}});
+    policy->ObserveCatchUp(context, std::chrono::duration<double>(Clock::now() - t0).count());
   }
   auto seconds = [](const LlamaModel& m, KVCache* cache, int n, int64_t past) {
     const auto t0 = Clock::now();
@@ -272,13 +282,20 @@ void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draf
     return s;
   };
   // Rounds over every block size, so that load on a shared machine spreads over all sizes
-  // alike and the ratios between them (what the choice of k depends on) stay right.
+  // alike and the ratios between them (what the choice of k depends on) stay right. Each
+  // forward is timed where decoding runs it: one position after the target's own forward
+  // (plain decoding); more, only after the draft has drafted (verification), and the draft
+  // after the target's verification. Two models taking turns evict each other's weights from
+  // the CPU's caches, which can cost as much as the extra positions.
   const int rounds = 7;
   std::vector<std::vector<double>> t(k_max + 2);
   std::vector<double> d;
   for (int round = 0; round < rounds; ++round) {
-    for (int n = 1; n <= k_max + 1; ++n) t[n].push_back(seconds(target, &target_cache, n, context));
-    if (draft) d.push_back(seconds(*draft, &draft_cache, 1, context));
+    for (int n = 1; n <= k_max + 1; ++n) {
+      if (draft && n > 1) d.push_back(seconds(*draft, &draft_cache, 1, context));
+      t[n].push_back(seconds(target, &target_cache, n, context));
+    }
+    if (draft && k_max == 0) d.push_back(seconds(*draft, &draft_cache, 1, context));
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());

@@ -114,13 +114,16 @@ struct SpeculativeOptions {
   SpeculationPolicy* policy = nullptr;
 };
 
-// Decodes one sequence speculatively from `prompt` (BOS included). Timings as GeneratePlain.
+// Decodes one sequence speculatively from `prompt` (BOS included). Timings as GeneratePlain:
+// prefill_seconds is the target's prompt; the draft catches up on the prompt when it first
+// drafts, inside decode_seconds (with a policy, only where speculating repays it).
 GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
                                    const std::vector<int>& prompt,
                                    const SpeculativeOptions& options, SpeculativeStats* stats);
 
 // Times target forwards of 1 .. k_max + 1 positions and one draft token (`draft` may be null
 // for free proposers) after `context` cached positions, interleaved over 7 rounds (medians),
+// and the draft's catch-up on those `context` positions,
 // adds the cost of turning each row into a processed distribution under `sampling` (none for
 // greedy), and seeds `policy` with them. Verification cost grows with context (attention), so
 // calibrate near the context lengths served.

@@ -121,7 +121,9 @@ void Scheduler::Calibrate() {
   }
   if (draft_) {
     KVCache c = draft_->NewCache(context + 1);
+    const auto t0 = Clock::now();
     draft_->Forward({Input(&c, context, false)});
+    draft_catch_up_ = {context, SecondsSince(t0)};
     std::vector<double> t;
     for (int rep = 0; rep < 5; ++rep) {
       const auto t0 = Clock::now();
@@ -140,6 +142,7 @@ SpeculationPolicy* Scheduler::PolicyFor(const std::string& label) {
     if (!cost_.empty()) {
       for (int n = 1; n <= options_.policy.k_max + 1; ++n) p->SeedTarget(n, cost_.Seconds(n));
       p->SeedDraft(draft_token_seconds_);
+      p->ObserveCatchUp(draft_catch_up_.tokens, draft_catch_up_.seconds);
     }
   }
   return p.get();
@@ -252,7 +255,16 @@ void Scheduler::Step() {
       continue;
     }
     try {
-      seq->k = options_.k >= 0 ? options_.k : seq->policy->ChooseKInBatch(cost_, batch);
+      if (options_.k >= 0) {
+        seq->k = options_.k;
+      } else {
+        const CompletionParams& p = seq->channel->params();
+        const std::vector<int>& tokens = seq->decoder->tokens();
+        const int64_t remaining =
+            p.generate.max_tokens - static_cast<int64_t>(tokens.size() - p.prompt.size());
+        seq->k = seq->policy->ChooseKInBatch(cost_, batch, seq->proposer->CatchUpTokens(tokens),
+                                             remaining);
+      }
       seq->decoder->Propose(seq->k);
       seq->draft_seconds = seq->proposer->last_propose_seconds();
       seq->draft_tokens = seq->decoder->draft().tokens;
@@ -309,11 +321,14 @@ void Scheduler::Step() {
         metrics_->ObserveDraftForward(seq->draft_seconds);
       }
       if (seq->policy) {
-        // The whole step of this sequence: drafting, its share of the forward, verification.
+        // This sequence's step: drafting (a catch-up is priced apart), its share of the
+        // forward, verification.
         seq->policy->ObserveRealized(
             seq->k, accepted + 1,
             std::max(0.0, seq->draft_seconds) + forward_s * seq->rows / rows + commit_s);
         seq->policy->ObserveStep(drafted, accepted);
+        const Proposer::CatchUp catch_up = seq->proposer->last_catch_up();
+        seq->policy->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
         if (drafted > 0 && seq->draft_seconds >= 0) {
           seq->policy->ObserveDraft(drafted, seq->draft_seconds);
         }

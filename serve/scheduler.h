@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/llama_model.h"
+#include "common/proposer.h"
 #include "common/speculation_policy.h"
 #include "common/tokenizer.h"
 #include "serve/draft_swap_hook.h"
@@ -105,6 +106,7 @@ class Scheduler {
   std::map<std::string, std::unique_ptr<SpeculationPolicy>> policies_;  // by domain label
   BatchCostModel cost_;
   double draft_token_seconds_ = 0;  // calibrated draft forward of one token
+  Proposer::CatchUp draft_catch_up_;  // calibrated draft forward over a prompt-sized context
 
   std::atomic<uint64_t> draft_version_{0};
   std::atomic<int> active_count_{0};

@@ -61,6 +61,95 @@ TEST(SpeculationPolicy, TurnsSpeculationOffWhereItDoesNotPay) {
   EXPECT_EQ(probe_at, (std::vector<int>{16, 48, 112, 240, 496, 752, 1008, 1264}));
 }
 
+TEST(SpeculationPolicy, SpeculatesOnlyWhereTheRestRepaysTheDraftCatchUp) {
+  // Cheap draft, alpha 0.9: the best k drafts ~5.3 tokens/s against plain's 1 token/s, so
+  // each remaining token saves ~0.81 s. The draft catches up at 0.1 s per token.
+  SpeculationPolicy p = Seeded(1.0, 0.0, 0.02);
+  Observe(&p, 0.9, 200);
+  const int best = p.ChooseK();
+  ASSERT_GE(best, 6);
+  EXPECT_EQ(p.CatchUpSeconds(200), 0.0);  // nothing observed: not priced
+  EXPECT_EQ(p.ChooseK(200, 20), best);
+  p.ObserveCatchUp(100, 10.0);
+  EXPECT_DOUBLE_EQ(p.CatchUpSeconds(200), 20.0);
+  const double saved_per_token = 1.0 - 1.0 / p.ExpectedRate(best);
+  const int64_t break_even = static_cast<int64_t>(20.0 / saved_per_token);  // ~24 tokens
+  EXPECT_EQ(p.ChooseK(200, break_even), 0);      // 20 s of catch-up, less than 20 s saved
+  EXPECT_EQ(p.ChooseK(200, break_even + 2), best);
+  EXPECT_EQ(p.ChooseK(200, 0), best);            // remaining unknown: not counted
+  EXPECT_EQ(p.ChooseK(0, 5), best);              // nothing owed
+  // A catch-up costs at least one draft forward, however cheap its tokens were.
+  SpeculationPolicy q = Seeded(1.0, 0.0, 0.02);
+  q.ObserveCatchUp(1000, 0.001);
+  EXPECT_DOUBLE_EQ(q.CatchUpSeconds(5), 0.02);
+  EXPECT_DOUBLE_EQ(q.CatchUpSeconds(50000), 0.05);
+}
+
+TEST(SpeculationPolicy, MachineLoadDoesNotTiltTheChoice) {
+  // Target 1 + 0.1 n, draft 0.5, alpha 0.4: plain decoding wins (0.91 tokens/s, k = 1: 0.82).
+  SpeculationPolicy p = Seeded(1.0, 0.1, 0.5);
+  Observe(&p, 0.4, 200);
+  for (int i = 0; i < 8; ++i) p.ObserveRealized(1, 4, 4.9);  // k = 1 measured while quiet
+  ASSERT_EQ(p.ChooseK(), 0);
+  // Then the machine gets 3x slower while the policy decodes plainly: only 1-position
+  // forwards (and k = 0 steps) are seen.
+  for (int i = 0; i < 300; ++i) {
+    p.ObserveTarget(1, 3.3);
+    if (i >= 200) p.ObserveRealized(0, 1, 3.3);  // (within k = 1's realized_ttl_steps)
+  }
+  // (The 1-position cost itself took ~3% of the change: with one size observed, load and
+  // cost cannot be told apart.)
+  EXPECT_NEAR(p.load(), 3.0, 0.15);
+  // Every cost moved with the load, so the choice stands. Costs kept per size, unscaled, would
+  // set a stale k = 1 (0.82 tokens/s modelled and realized) against a fresh 1 / 3.3: a switch.
+  EXPECT_NEAR(p.target_seconds(2) / p.load(), 1.2, 1e-9);
+  EXPECT_NEAR(p.draft_seconds_per_token() / p.load(), 0.5, 1e-9);
+  EXPECT_NEAR(p.RealizedRate(1) * p.load(), 4 / 4.9, 1e-9);
+  ASSERT_GT(spec::ExpectedTokensPerStep(p.alpha(), 1) / (0.5 + 1.2), 1 / 3.3);
+  EXPECT_EQ(p.ChooseK(), 0);
+}
+
+TEST(SpeculationPolicy, UnexploredLengthsBearPlainDecodingsMeasuredOverhead) {
+  // Target 1 + 0.1 n, draft 0.5, alpha 0.4: the model has plain at 0.91 tokens/s, k = 1 at
+  // 0.82. Plain decoding realizes only 0.5 (per-step overheads the model does not know).
+  SpeculationPolicy p = Seeded(1.0, 0.1, 0.5);
+  Observe(&p, 0.4, 200);
+  for (int i = 0; i < 8; ++i) p.ObserveRealized(0, 1, 2.0);
+  ASSERT_GT(p.ExpectedRate(1), p.RealizedRate(0));  // realized plain against a bare model
+  // k = 1 is charged the same overhead (0.82 * 0.5 / 0.91), so plain decoding still wins.
+  EXPECT_EQ(p.ChooseK(), 0);
+}
+
+TEST(SpeculationPolicy, UnexploredLengthsBearTheLastSpeculativeLengthsOverhead) {
+  // The model (cheap draft, flat verification, alpha 0.9) puts every k >= 2 above plain
+  // decoding's 1 token/s; but k = 1 realizes only 0.4 of its modelled rate (two models taking
+  // turns on the caches, say) while plain decoding realizes what the model says.
+  SpeculationPolicy p = Seeded(1.0, 0.0, 0.02);
+  Observe(&p, 0.9, 200);
+  for (int i = 0; i < 8; ++i) p.ObserveRealized(0, 1, 1.0);
+  for (int i = 0; i < 8; ++i) p.ObserveRealized(1, 1, 1.0 / (0.4 * p.ExpectedRate(1)));
+  int model_best = 1;
+  for (int k = 2; k <= 8; ++k) {
+    if (p.ExpectedRate(k) > p.ExpectedRate(model_best)) model_best = k;
+  }
+  ASSERT_GT(p.ExpectedRate(model_best) * 0.4, 1.0);  // even charged 0.4, k = best still wins...
+  EXPECT_EQ(p.ChooseK(), model_best);
+  // ... but at 0.15 (a slower k = 1), nothing unexplored is worth trying.
+  for (int i = 0; i < 64; ++i) p.ObserveRealized(1, 1, 1.0 / (0.15 * p.ExpectedRate(1)));
+  ASSERT_LT(p.ExpectedRate(model_best) * 0.16, 1.0);
+  EXPECT_EQ(p.ChooseK(), 0);
+}
+
+TEST(SpeculationPolicy, PlainStepsNowAndThenWhileSpeculationWins) {
+  SpeculationPolicy p = Seeded(1.0, 0.0, 0.02);
+  Observe(&p, 0.9, 200);
+  std::vector<int> plain_at;
+  for (int i = 1; i <= 600; ++i) {
+    if (p.ChooseK() == 0) plain_at.push_back(i);
+  }
+  EXPECT_EQ(plain_at, (std::vector<int>{256, 512}));
+}
+
 TEST(SpeculationPolicy, AcceptanceEstimateFollowsChange) {
   SpeculationPolicy p = Seeded(1.0, 0.05, 0.05);
   Observe(&p, 0.2, 300);

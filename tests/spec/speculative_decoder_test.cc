@@ -261,5 +261,78 @@ TEST(SpeculativeDecoder, StatsAddUp) {
   }());
 }
 
+TEST(DraftModelProposer, ReportsTheCatchUpItOwesAndDid) {
+  c10::InferenceMode guard;
+  auto draft = testing::RandomModel(testing::TinyConfig(), 6);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  DraftModelProposer model(draft.get(), greedy);
+  std::vector<int> context = {1, 5, 9, 2, 7, 3};
+  EXPECT_EQ(model.CatchUpTokens(context), 6);  // a new sequence owes its whole context
+  DraftBlock block;
+  model.Propose(context, 3, &block);
+  ASSERT_EQ(block.tokens.size(), 3u);
+  EXPECT_EQ(model.last_catch_up().tokens, 6);
+  EXPECT_GT(model.last_catch_up().seconds, 0.0);
+  EXPECT_GT(model.last_propose_seconds(), 0.0);
+  // Steady state: the first draft accepted, then the recovered token: one token to feed.
+  context.push_back(block.tokens[0]);
+  context.push_back(block.tokens[1] + 1);
+  EXPECT_EQ(model.CatchUpTokens(context), 0);
+  model.Propose(context, 2, &block);
+  EXPECT_EQ(model.last_catch_up().tokens, 0);
+  EXPECT_EQ(model.last_catch_up().seconds, 0.0);
+  // Five tokens decoded without drafting (none equal to the draft cached last): owed.
+  const int other = (block.tokens[0] + 1) % draft->config().vocab_size;
+  for (int i = 0; i < 5; ++i) context.push_back(other);
+  EXPECT_EQ(model.CatchUpTokens(context), 5);
+  model.Propose(context, 0, &block);  // k = 0 drafts nothing and feeds nothing
+  EXPECT_EQ(model.CatchUpTokens(context), 5);
+  model.Propose(context, 1, &block);
+  EXPECT_EQ(model.last_catch_up().tokens, 5);
+  EXPECT_EQ(model.CatchUpTokens(context), 0);  // the context without the new draft's block
+  // A swapped draft starts over.
+  model.SetDraft(draft.get());
+  EXPECT_EQ(model.CatchUpTokens(context), static_cast<int64_t>(context.size()));
+}
+
+TEST(SpeculativeDecoder, AdaptivePolicyLeavesTheDraftIdleWhenItsCatchUpDoesNotPay) {
+  c10::InferenceMode guard;
+  auto target = testing::RandomModel(testing::TinyConfig(), 5);
+  auto draft = testing::RandomModel(testing::TinyConfig(), 6);
+  std::vector<int> prompt(40, 3);
+  prompt[0] = 1;
+  GenerateOptions g;
+  g.max_tokens = 30;
+  g.stop_at_eos = false;
+  g.sampling.temperature = 0;
+  // A policy sure that speculation pays (nearly free forwards, alpha 0.6 prior) and that never
+  // probes; the draft's catch-up costs `per_token` seconds per token.
+  auto run = [&](double per_token) {
+    SpeculationPolicyOptions po;
+    po.probe_interval = po.max_probe_interval = 1 << 20;
+    po.min_realized_steps = 1 << 20;  // the model alone decides
+    SpeculationPolicy policy(po);
+    for (int n = 1; n <= po.k_max + 1; ++n) policy.SeedTarget(n, 1e-3);
+    policy.SeedDraft(1e-6);
+    policy.ObserveCatchUp(1, per_token);
+    DraftModelProposer model(draft.get(), g.sampling);
+    SpeculativeOptions o;
+    o.generate = g;
+    o.policy = &policy;
+    SpeculativeStats s;
+    const GenerateResult r = GenerateSpeculative(*target, &model, prompt, o, &s);
+    EXPECT_EQ(r.tokens, GeneratePlain(*target, prompt, g).tokens);
+    return s;
+  };
+  // 40 tokens at 1 s each against < 30 ms saved: never worth it, the draft never runs.
+  const SpeculativeStats idle = run(1.0);
+  EXPECT_EQ(idle.drafted, 0);
+  EXPECT_EQ(idle.k_sum, 0);
+  // The same policy with a cheap catch-up speculates (the check above can fail).
+  const SpeculativeStats busy = run(1e-7);
+  EXPECT_GT(busy.drafted, 0);
+}
+
 }  // namespace
 }  // namespace specloop
