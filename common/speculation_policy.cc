@@ -15,8 +15,8 @@ SpeculationPolicy::SpeculationPolicy(const SpeculationPolicyOptions& options)
       successes_(options.prior_alpha * options.prior_weight),
       failures_((1.0 - options.prior_alpha) * options.prior_weight),
       target_cost_(options.k_max + 2, 0.0),
-      real_tokens_(options.k_max + 1, 0.0),
       real_seconds_(options.k_max + 1, 0.0),
+      real_n_(options.k_max + 1, 0.0),
       real_steps_(options.k_max + 1, 0),
       real_last_(options.k_max + 1, 0),
       probe_wait_(std::max(1, options.probe_interval)) {}
@@ -36,11 +36,17 @@ void SpeculationPolicy::ObserveTarget(int positions, double seconds) {
     c = seconds / load_;
     return;
   }
-  // The load moves by the observation's ratio to the model, geometrically; then the size's
-  // own cost follows what is left of that ratio, 32 times more slowly (where only one size is
-  // observed, as at k = 0, the two cannot be told apart: the load takes nearly all of it).
-  load_ *= std::pow(seconds / (load_ * c), 1.0 - decay_);
-  c = c * shape_decay_ + seconds / load_ * (1.0 - shape_decay_);
+  // Plain decoding's forwards move the load by their ratio to the model, geometrically, and
+  // then their own cost by what is left of it, 32 times more slowly (the two cannot be told
+  // apart: the load takes nearly all of it). Longer forwards move only their own cost: were
+  // they to move the load, an error in their modelled cost would pass into it while that
+  // length is chosen, and from it into every other length's rate, in that length's favour.
+  double kept = decay_;
+  if (positions == 1) {
+    load_ *= std::pow(seconds / (load_ * c), 1.0 - decay_);
+    kept = shape_decay_;
+  }
+  c = c * kept + seconds / load_ * (1.0 - kept);
 }
 
 void SpeculationPolicy::ObserveDraft(int tokens, double seconds) {
@@ -60,9 +66,9 @@ double SpeculationPolicy::CatchUpSeconds(int64_t tokens) const {
   return std::max(draft_seconds_per_token(), load_ * catch_up_s_ / catch_up_n_ * tokens);
 }
 
-void SpeculationPolicy::ObserveRealized(int k, int emitted, double seconds) {
+void SpeculationPolicy::ObserveRealized(int k, double seconds) {
   if (k < 0 || k > options_.k_max || seconds <= 0) return;
-  real_tokens_[k] = real_tokens_[k] * decay_ + emitted;
+  real_n_[k] = real_n_[k] * decay_ + 1.0;
   real_seconds_[k] = real_seconds_[k] * decay_ + seconds / load_;
   real_steps_[k]++;
   real_last_[k] = ++steps_;
@@ -70,7 +76,7 @@ void SpeculationPolicy::ObserveRealized(int k, int emitted, double seconds) {
 
 double SpeculationPolicy::RealizedRate(int k) const {
   if (k < 0 || k > options_.k_max || real_steps_[k] < options_.min_realized_steps) return -1.0;
-  return real_tokens_[k] / (real_seconds_[k] * load_);
+  return spec::ExpectedTokensPerStep(alpha(), k) * real_n_[k] / (real_seconds_[k] * load_);
 }
 
 

@@ -17,9 +17,9 @@
 //
 // A shared machine slows every forward alike, and the load changes while a length goes
 // unobserved (the sizes of forwards that k = 0 never runs, the draft, a length's realized
-// rate). So costs are kept in load-free units: a load factor follows the ratio of each
-// observed target forward to its modelled cost, every observation is divided by it when
-// recorded and every estimate multiplied by it when read. Ratios between lengths, which the
+// rate). So costs are kept in load-free units: a load factor follows the ratio of plain
+// decoding's target forwards (one position) to their modelled cost, every observation is
+// divided by it when recorded and every estimate multiplied by it when read. Ratios between lengths, which the
 // choice depends on, then compare measurements taken under different loads fairly.
 //
 // Pure logic; the caller times forwards and reports them. One policy per domain (or per
@@ -63,20 +63,24 @@ class SpeculationPolicy {
   // accepted < drafted, one failure (positions after the first rejection were never tested).
   void ObserveStep(int drafted, int accepted);
   // Seconds the target took for one forward of `positions` new tokens of one sequence. Moves
-  // the load factor (once `positions` has a cost of its own) and, more slowly, that cost.
+  // that size's cost and, for one position once it has a cost, the load factor.
   void ObserveTarget(int positions, double seconds);
   // Seconds the proposer took to draft `tokens` tokens (skip free proposers).
   void ObserveDraft(int tokens, double seconds);
   // Seconds the draft took to catch up on `tokens` context tokens in one forward.
   void ObserveCatchUp(int64_t tokens, double seconds);
-  // A whole step taken at length k: `emitted` tokens in `seconds` (drafting, this sequence's
-  // share of the target forward, verification). Once k has `min_realized_steps` recent
-  // steps, its realized rate replaces the model's estimate: the model misses overheads, the
-  // realized rate does not, so a length that loses in practice stops being chosen. Lengths
-  // still without one get their modelled rate scaled by the realized over modelled rate of
-  // the last speculative length measured (k = 0's before any).
-  void ObserveRealized(int k, int emitted, double seconds);
-  // Realized tokens per second at length k; negative while it has too few steps.
+  // A whole step taken at length k took `seconds` (drafting, this sequence's share of the
+  // target forward, verification). Once k has `min_realized_steps` steps, its realized cost
+  // per step replaces the model's: the model misses overheads (bookkeeping, two models
+  // taking turns on the CPU's caches), the realized cost does not, so a length that loses in
+  // practice stops being chosen. Tokens per step still come from alpha: a length's own tokens
+  // would depend on how easy the text was while it was chosen (a policy picks long blocks
+  // where acceptance runs high). Lengths still without a realized cost get their modelled
+  // cost scaled by the realized over modelled cost of the last speculative length measured
+  // (k = 0's before any).
+  void ObserveRealized(int k, double seconds);
+  // Expected tokens per second at length k from its realized cost per step; negative while
+  // it has too few steps.
   double RealizedRate(int k) const;
 
   // The k with the highest expected tokens per second; 0 when speculation does not pay (but
@@ -87,7 +91,8 @@ class SpeculationPolicy {
   int ChooseK(int64_t catch_up_tokens = 0, int64_t remaining = 0);
 
   double alpha() const;
-  // The load factor: recent target forwards' seconds over their load-free cost (1 at start).
+  // The load factor: recent one-position target forwards' seconds over their load-free cost
+  // (1 at start).
   double load() const { return load_; }
   double draft_seconds_per_token() const;
   // Expected seconds of the draft's catch-up on `tokens` tokens: the observed seconds per
@@ -119,7 +124,7 @@ class SpeculationPolicy {
  private:
   SpeculationPolicyOptions options_;
   double decay_;  // per-observation weight kept: 0.5^(1 / half_life)
-  double shape_decay_;  // the same for a target cost's shape: 32x the half-life
+  double shape_decay_;  // the same for the one-position cost beside the load: 32x the half-life
   double load_ = 1.0;  // see the class comment; every seconds below is divided by it
   // Acceptance: decayed counts of successes and failures.
   double successes_, failures_;
@@ -129,8 +134,8 @@ class SpeculationPolicy {
   // Draft cost: decayed sums of seconds and tokens; likewise for catch-ups.
   double draft_s_ = 0, draft_n_ = 0;
   double catch_up_s_ = 0, catch_up_n_ = 0;
-  // Realized rate per k: decayed sums of emitted tokens and seconds, and steps seen.
-  std::vector<double> real_tokens_, real_seconds_;
+  // Realized cost per k: decayed sums of seconds and of steps, and steps seen.
+  std::vector<double> real_seconds_, real_n_;
   std::vector<int64_t> real_steps_;
   std::vector<int64_t> real_last_;  // steps_ at k's last realized step
   int64_t steps_ = 0;               // realized steps observed, at any length

@@ -234,8 +234,7 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
       const Proposer::CatchUp catch_up = proposer->last_catch_up();
       options.policy->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
       options.policy->ObserveRealized(
-          k, dec.last_accepted() + 1,
-          std::chrono::duration<double>(Clock::now() - s0).count() - catch_up.seconds);
+          k, std::chrono::duration<double>(Clock::now() - s0).count() - catch_up.seconds);
       options.policy->ObserveTarget(positions, verify_s);
       const double draft_s = proposer->last_propose_seconds();
       if (draft_s >= 0) options.policy->ObserveDraft(drafted, draft_s);

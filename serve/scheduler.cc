@@ -324,8 +324,7 @@ void Scheduler::Step() {
         // This sequence's step: drafting (a catch-up is priced apart), its share of the
         // forward, verification.
         seq->policy->ObserveRealized(
-            seq->k, accepted + 1,
-            std::max(0.0, seq->draft_seconds) + forward_s * seq->rows / rows + commit_s);
+            seq->k, std::max(0.0, seq->draft_seconds) + forward_s * seq->rows / rows + commit_s);
         seq->policy->ObserveStep(drafted, accepted);
         const Proposer::CatchUp catch_up = seq->proposer->last_catch_up();
         seq->policy->ObserveCatchUp(catch_up.tokens, catch_up.seconds);

@@ -89,13 +89,13 @@ TEST(SpeculationPolicy, MachineLoadDoesNotTiltTheChoice) {
   // Target 1 + 0.1 n, draft 0.5, alpha 0.4: plain decoding wins (0.91 tokens/s, k = 1: 0.82).
   SpeculationPolicy p = Seeded(1.0, 0.1, 0.5);
   Observe(&p, 0.4, 200);
-  for (int i = 0; i < 8; ++i) p.ObserveRealized(1, 4, 4.9);  // k = 1 measured while quiet
+  for (int i = 0; i < 8; ++i) p.ObserveRealized(1, 1.7);  // k = 1 measured while quiet
   ASSERT_EQ(p.ChooseK(), 0);
   // Then the machine gets 3x slower while the policy decodes plainly: only 1-position
   // forwards (and k = 0 steps) are seen.
   for (int i = 0; i < 300; ++i) {
     p.ObserveTarget(1, 3.3);
-    if (i >= 200) p.ObserveRealized(0, 1, 3.3);  // (within k = 1's realized_ttl_steps)
+    if (i >= 200) p.ObserveRealized(0, 3.3);
   }
   // (The 1-position cost itself took ~3% of the change: with one size observed, load and
   // cost cannot be told apart.)
@@ -104,9 +104,15 @@ TEST(SpeculationPolicy, MachineLoadDoesNotTiltTheChoice) {
   // set a stale k = 1 (0.82 tokens/s modelled and realized) against a fresh 1 / 3.3: a switch.
   EXPECT_NEAR(p.target_seconds(2) / p.load(), 1.2, 1e-9);
   EXPECT_NEAR(p.draft_seconds_per_token() / p.load(), 0.5, 1e-9);
-  EXPECT_NEAR(p.RealizedRate(1) * p.load(), 4 / 4.9, 1e-9);
+  EXPECT_NEAR(p.RealizedRate(1) * p.load(), spec::ExpectedTokensPerStep(p.alpha(), 1) / 1.7, 1e-9);
   ASSERT_GT(spec::ExpectedTokensPerStep(p.alpha(), 1) / (0.5 + 1.2), 1 / 3.3);
   EXPECT_EQ(p.ChooseK(), 0);
+  // Longer forwards costing more than modelled move their own cost, not the load (else that
+  // error would pass into every other length's rate).
+  const double load = p.load();
+  for (int i = 0; i < 200; ++i) p.ObserveTarget(5, 10.0);
+  EXPECT_EQ(p.load(), load);
+  EXPECT_NEAR(p.target_seconds(5), 10.0, 0.5);
 }
 
 TEST(SpeculationPolicy, UnexploredLengthsBearPlainDecodingsMeasuredOverhead) {
@@ -114,7 +120,7 @@ TEST(SpeculationPolicy, UnexploredLengthsBearPlainDecodingsMeasuredOverhead) {
   // 0.82. Plain decoding realizes only 0.5 (per-step overheads the model does not know).
   SpeculationPolicy p = Seeded(1.0, 0.1, 0.5);
   Observe(&p, 0.4, 200);
-  for (int i = 0; i < 8; ++i) p.ObserveRealized(0, 1, 2.0);
+  for (int i = 0; i < 8; ++i) p.ObserveRealized(0, 2.0);
   ASSERT_GT(p.ExpectedRate(1), p.RealizedRate(0));  // realized plain against a bare model
   // k = 1 is charged the same overhead (0.82 * 0.5 / 0.91), so plain decoding still wins.
   EXPECT_EQ(p.ChooseK(), 0);
@@ -126,8 +132,8 @@ TEST(SpeculationPolicy, UnexploredLengthsBearTheLastSpeculativeLengthsOverhead) 
   // turns on the caches, say) while plain decoding realizes what the model says.
   SpeculationPolicy p = Seeded(1.0, 0.0, 0.02);
   Observe(&p, 0.9, 200);
-  for (int i = 0; i < 8; ++i) p.ObserveRealized(0, 1, 1.0);
-  for (int i = 0; i < 8; ++i) p.ObserveRealized(1, 1, 1.0 / (0.4 * p.ExpectedRate(1)));
+  for (int i = 0; i < 8; ++i) p.ObserveRealized(0, 1.0);
+  for (int i = 0; i < 8; ++i) p.ObserveRealized(1, (0.02 + 1.0) / 0.4);
   int model_best = 1;
   for (int k = 2; k <= 8; ++k) {
     if (p.ExpectedRate(k) > p.ExpectedRate(model_best)) model_best = k;
@@ -135,7 +141,7 @@ TEST(SpeculationPolicy, UnexploredLengthsBearTheLastSpeculativeLengthsOverhead) 
   ASSERT_GT(p.ExpectedRate(model_best) * 0.4, 1.0);  // even charged 0.4, k = best still wins...
   EXPECT_EQ(p.ChooseK(), model_best);
   // ... but at 0.15 (a slower k = 1), nothing unexplored is worth trying.
-  for (int i = 0; i < 64; ++i) p.ObserveRealized(1, 1, 1.0 / (0.15 * p.ExpectedRate(1)));
+  for (int i = 0; i < 64; ++i) p.ObserveRealized(1, (0.02 + 1.0) / 0.15);
   ASSERT_LT(p.ExpectedRate(model_best) * 0.16, 1.0);
   EXPECT_EQ(p.ChooseK(), 0);
 }
@@ -196,18 +202,19 @@ TEST(SpeculationPolicy, RealizedRatesOverruleAnOptimisticModel) {
   for (int i = 0; i < 200; ++i) p.ObserveStep(1, i % 10 != 0);
   const int model_choice = p.ChooseK();
   ASSERT_GE(model_choice, 4);
-  // ... but steps at that length realize 1 token per 4 seconds (a slow machine, overheads).
-  for (int i = 0; i < 8; ++i) p.ObserveRealized(model_choice, 1, 4.0);
-  EXPECT_NEAR(p.RealizedRate(model_choice), 0.25, 1e-9);
+  // ... but steps at that length take 40 seconds (a slow machine, overheads).
+  for (int i = 0; i < 8; ++i) p.ObserveRealized(model_choice, 40.0);
+  EXPECT_NEAR(p.RealizedRate(model_choice),
+              spec::ExpectedTokensPerStep(p.alpha(), model_choice) / 40.0, 1e-9);
   EXPECT_NE(p.ChooseK(), model_choice);
   // Every length realized below plain decoding's modelled 1 token/s: speculation goes off.
   for (int k = 1; k <= 8; ++k) {
-    for (int i = 0; i < 8; ++i) p.ObserveRealized(k, 2, 4.0);
+    for (int i = 0; i < 8; ++i) p.ObserveRealized(k, 40.0);
   }
   EXPECT_EQ(p.ChooseK(), 0);
   // Too few steps are not trusted.
   SpeculationPolicy q = Seeded(1.0, 0.0, 0.02);
-  for (int i = 0; i < 7; ++i) q.ObserveRealized(3, 1, 4.0);
+  for (int i = 0; i < 7; ++i) q.ObserveRealized(3, 4.0);
   EXPECT_LT(q.RealizedRate(3), 0);
 }
 
