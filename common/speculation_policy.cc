@@ -79,7 +79,6 @@ double SpeculationPolicy::RealizedRate(int k) const {
   return spec::ExpectedTokensPerStep(alpha(), k) * real_n_[k] / (real_seconds_[k] * load_);
 }
 
-
 void SpeculationPolicy::SeedTarget(int positions, double seconds) {
   if (positions >= 1 && positions < static_cast<int>(target_cost_.size())) {
     target_cost_[positions] = seconds / load_;
@@ -130,10 +129,11 @@ int SpeculationPolicy::ChooseK(int64_t catch_up_tokens, int64_t remaining) {
 
 int SpeculationPolicy::ChooseBest(const std::function<double(int)>& model, int probe_scale,
                                   int64_t catch_up_tokens, int64_t remaining) {
-  // A length's realized rate where trusted, else the model's. The model misses overheads
-  // (bookkeeping, caches, two models taking turns) that realized rates show; a length without
-  // one of its own is charged the share measured at the last speculative length realized (at
-  // k = 0 before any), or realized rates would be set against an overhead-free model.
+  // A length's rate from its realized cost where trusted, else the model's. The model misses
+  // overheads (bookkeeping, caches, two models taking turns) that realized costs show; a
+  // length without one of its own is charged the share measured at the last speculative
+  // length realized (at k = 0 before any), or realized costs would be set against an
+  // overhead-free model.
   int measured = RealizedRate(0) > 0 ? 0 : -1;
   for (int k = 1; k <= options_.k_max; ++k) {
     if (RealizedRate(k) > 0 && (measured <= 0 || real_last_[k] > real_last_[measured])) {

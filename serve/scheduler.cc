@@ -308,10 +308,12 @@ void Scheduler::Step() {
       verify_s += commit_s;
       const int drafted = static_cast<int>(seq->draft_tokens.size());
       const int accepted = seq->decoder->last_accepted();
-      if (seq->trace) {
+      const auto l0 = Clock::now();
+      if (seq->trace) {  // a speculative step logs more rows: part of what it costs
         sample_logger_->AddStep(seq->trace, seq->start_pos, seq->draft_tokens, accepted,
                                 mine.narrow(0, seq->rows - (drafted + 1), drafted + 1));
       }
+      const double log_s = SecondsSince(l0);
       metrics_->ObserveStep(seq->series, seq->k, drafted, accepted,
                             static_cast<int>(emitted.size()));
       if (swap_hook_ && drafted > 0) {
@@ -322,9 +324,9 @@ void Scheduler::Step() {
       }
       if (seq->policy) {
         // This sequence's step: drafting (a catch-up is priced apart), its share of the
-        // forward, verification.
-        seq->policy->ObserveRealized(
-            seq->k, std::max(0.0, seq->draft_seconds) + forward_s * seq->rows / rows + commit_s);
+        // forward, verification, logging.
+        seq->policy->ObserveRealized(seq->k, std::max(0.0, seq->draft_seconds) +
+                                                 forward_s * seq->rows / rows + commit_s + log_s);
         seq->policy->ObserveStep(drafted, accepted);
         const Proposer::CatchUp catch_up = seq->proposer->last_catch_up();
         seq->policy->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
