@@ -54,12 +54,14 @@ TEST(StatusPageTest, RendersAlphaChartInHeadlessChromium) {
   EXPECT_EQ(html.find("src=\"http"), std::string::npos);
   EXPECT_EQ(html.find("href=\"http"), std::string::npos);
 
+  double completion_tokens = 0;  // as the responses report them (sampling may stop early)
   for (const std::string domain : {"prose", "python"}) {
     for (const std::string& p : PromptsJson(domain, 2)) {
       const std::string req = "{\"prompt\":" + p + ",\"max_tokens\":24,\"domain\":\"" + domain +
                               "\"}";
       std::string body;
       ASSERT_EQ(HttpPost(port, "/v1/completions", req, &body), 200) << body;
+      completion_tokens += nlohmann::json::parse(body)["usage"]["completion_tokens"].get<double>();
     }
   }
   std::string status;
@@ -69,7 +71,8 @@ TEST(StatusPageTest, RendersAlphaChartInHeadlessChromium) {
   const nlohmann::json& last = s["samples"].back();
   EXPECT_TRUE(last["alpha"].contains("prose")) << status;
   EXPECT_TRUE(last["alpha"].contains("python")) << status;
-  EXPECT_GT(s["generated_tokens"].get<double>(), 90.0) << status;
+  EXPECT_GT(completion_tokens, 0.0);
+  EXPECT_EQ(s["generated_tokens"].get<double>(), completion_tokens) << status;
   EXPECT_EQ(s["versions"].size(), 1u);
   EXPECT_TRUE(s["chart_library"].get<bool>());
 
