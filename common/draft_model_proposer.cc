@@ -66,9 +66,10 @@ at::Tensor DraftModelProposer::Feed(const std::vector<int>& context, size_t* fed
 constexpr size_t kSteadyFeed = 2;
 
 int64_t DraftModelProposer::CatchUpTokens(const std::vector<int>& context) const {
+  const size_t kept = Kept(context);
   // The last tree's accepted path settles into the cache without a forward.
-  if (tree_past_ >= 0 && Kept(context) >= static_cast<size_t>(tree_past_)) return 0;
-  const size_t fed = context.size() - Kept(context);
+  if (tree_past_ >= 0 && kept >= static_cast<size_t>(tree_past_)) return 0;
+  const size_t fed = context.size() - kept;
   return fed > kSteadyFeed ? static_cast<int64_t>(fed) : 0;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <vector>
 
 #include "common/spec/acceptance.h"
 
@@ -134,17 +135,17 @@ int SpeculationPolicy::ChooseBest(const std::function<double(int)>& model, int p
   // length without one of its own is charged the share measured at the last speculative
   // length realized (at k = 0 before any), or realized costs would be set against an
   // overhead-free model.
-  int measured = RealizedRate(0) > 0 ? 0 : -1;
-  for (int k = 1; k <= options_.k_max; ++k) {
-    if (RealizedRate(k) > 0 && (measured <= 0 || real_last_[k] > real_last_[measured])) {
-      measured = k;
-    }
+  std::vector<double> realized(options_.k_max + 1), modelled(options_.k_max + 1);
+  int measured = -1;
+  for (int k = 0; k <= options_.k_max; ++k) {
+    realized[k] = RealizedRate(k);
+    modelled[k] = model(k);
+    if (realized[k] > 0 && (measured <= 0 || real_last_[k] > real_last_[measured])) measured = k;
   }
   const double efficiency =
-      measured >= 0 && model(measured) > 0 ? RealizedRate(measured) / model(measured) : 1.0;
+      measured >= 0 && modelled[measured] > 0 ? realized[measured] / modelled[measured] : 1.0;
   auto rate = [&](int k) {
-    const double r = RealizedRate(k);
-    return r >= 0 ? r : k == 0 ? model(0) : model(k) * efficiency;
+    return realized[k] >= 0 ? realized[k] : k == 0 ? modelled[0] : modelled[k] * efficiency;
   };
   int best = 0, best_spec = 1;
   const double plain_rate = rate(0);
