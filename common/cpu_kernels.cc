@@ -1,5 +1,6 @@
 #include "common/cpu_kernels.h"
 
+#include <algorithm>
 #include <cstring>
 
 // AVX2 and baseline variants, picked at load time by an ifunc resolver. Not under
@@ -41,7 +42,52 @@ inline v8 Reduce8(v8 a0, v8 a1, v8 a2, v8 a3, v8 a4, v8 a5, v8 a6, v8 a7) {
   return __builtin_shuffle(h0, h1, lo) + __builtin_shuffle(h0, h1, hi);
 }
 
+// exp(x) for x in [-87, 0] (callers clamp): x = n ln2 + r with |r| <= ln2 / 2, e^r by the
+// Cephes polynomial, 2^n by adding n to the exponent bits.
+inline v8 ExpClamped(v8 x) {
+  const float kMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const v8 t = x * 1.44269504088896341f + kMagic;
+  const v8 n = t - kMagic;
+  const v8 r = (x - n * 0.693359375f) + n * 2.12194440e-4f;  // ln 2 in two parts
+  v8 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  i8 bits, tb, mb;
+  const v8 magic = v8{} + kMagic;
+  std::memcpy(&bits, &p, 32);
+  std::memcpy(&tb, &t, 32);
+  std::memcpy(&mb, &magic, 32);
+  bits += (tb - mb) << 23;  // t's low mantissa bits hold n
+  std::memcpy(&p, &bits, 32);
+  return p;
+}
+
 }  // namespace
+
+SPECLOOP_CLONES
+double SumExpBelow(const float* x, int64_t n, float shift) {
+  v8 acc = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8 v;
+    std::memcpy(&v, x + i, 32);
+    v -= shift;
+    v = v < -87.0f ? v8{} - 87.0f : v;
+    acc += ExpClamped(v);
+  }
+  double sum = 0;
+  for (int j = 0; j < 8; ++j) sum += acc[j];
+  if (i < n) {  // the tail, padded with terms that count as nothing
+    v8 v = v8{} - 87.0f;
+    for (int64_t j = 0; i + j < n; ++j) v[j] = std::max(x[i + j] - shift, -87.0f);
+    const v8 e = ExpClamped(v);
+    for (int64_t j = 0; i + j < n; ++j) sum += e[j];
+  }
+  return sum;
+}
 
 // out[r, o] (+)= dot(x[r], w[o]): 4 weight rows x 2 input rows per pass (8 accumulators).
 SPECLOOP_CLONES

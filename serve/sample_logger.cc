@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include <c10/core/InferenceMode.h>
 
 #include "buffer/half.h"
+#include "common/cpu_kernels.h"
 
 namespace specloop {
 
@@ -15,26 +15,51 @@ struct SampleLogger::Trace {
 };
 
 void FillTopK(const float* rows, int num_rows, int vocab, int top_k, SpecStep* step) {
-  const int K = std::min(top_k, vocab);
+  const int K = std::max(0, std::min(top_k, vocab));
   step->topk_ids.assign(static_cast<size_t>(num_rows) * top_k, 0);
   step->topk_logprobs.assign(static_cast<size_t>(num_rows) * top_k, FloatToHalf(-INFINITY));
   step->tail_mass.assign(num_rows, 0.0f);
-  std::vector<int> idx(vocab);
+  if (vocab <= 0) return;
+  std::vector<std::pair<float, int>> candidates(vocab);
+  // Larger logit first; ties toward the lower id.
+  const auto first = [](const std::pair<float, int>& a, const std::pair<float, int>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   for (int j = 0; j < num_rows; ++j) {
     const float* x = rows + static_cast<size_t>(j) * vocab;
-    const float m = *std::max_element(x, x + vocab);
-    double sum = 0;
-    for (int v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(x[v]) - m);
-    const double lse = m + std::log(sum);
-    std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [x](int a, int b) {
-      return x[a] > x[b] || (x[a] == x[b] && a < b);
-    });
+    // A threshold at most the K-th largest value: cut the row into K blocks; their maxima are
+    // K distinct entries, so at least K entries reach the smallest maximum. Only entries at or
+    // above it are ranked (a few hundred of 4096 on real logits).
+    float m = -INFINITY, threshold = K > 0 ? INFINITY : -INFINITY;
+    const int block = K > 0 ? vocab / K : vocab;
+    for (int b = 0, lo = 0; lo < vocab; ++b, lo += block) {
+      const int hi = (K > 0 && b == K - 1) ? vocab : std::min(vocab, lo + block);
+      const float bm = *std::max_element(x + lo, x + hi);
+      m = std::max(m, bm);
+      threshold = std::min(threshold, bm);
+      if (hi == vocab) break;
+    }
+    const double lse = m + std::log(SumExpBelow(x, vocab, m));
+    size_t n = 0;  // candidates[0, n): (logit, id) at or above the threshold, branch-free
+    for (int v = 0; v < vocab; ++v) {
+      candidates[n] = {x[v], v};
+      n += x[v] >= threshold;
+    }
+    if (n < static_cast<size_t>(K)) {  // NaN logits: no threshold holds; rank NaN last
+      for (int v = 0; v < vocab; ++v) candidates[v] = {std::isnan(x[v]) ? -INFINITY : x[v], v};
+      n = vocab;
+    }
+    if (K > 0) {
+      std::nth_element(candidates.begin(), candidates.begin() + (K - 1), candidates.begin() + n,
+                       first);
+      std::sort(candidates.begin(), candidates.begin() + K, first);
+    }
     double kept = 0;
     for (int i = 0; i < K; ++i) {
-      const double lp = x[idx[i]] - lse;
+      const int id = candidates[i].second;
+      const double lp = x[id] - lse;
       kept += std::exp(lp);
-      step->topk_ids[static_cast<size_t>(j) * top_k + i] = idx[i];
+      step->topk_ids[static_cast<size_t>(j) * top_k + i] = id;
       step->topk_logprobs[static_cast<size_t>(j) * top_k + i] =
           FloatToHalf(static_cast<float>(lp));
     }

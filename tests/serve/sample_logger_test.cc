@@ -1,6 +1,9 @@
 #include "serve/sample_logger.h"
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -35,6 +38,69 @@ TEST(FillTopK, KeepsTheLargestLogProbsInOrderAndTheTailMass) {
             (std::vector<int32_t>{0, 1, 2}));
   EXPECT_NEAR(HalfToFloat(step.topk_logprobs[4]), std::log(1.0 / 6), 2e-3);
   EXPECT_NEAR(step.tail_mass[1], 0.5, 1e-5);
+}
+
+// Against a full sort and a double-precision log-sum-exp, on rows shaped like logits (a few
+// large entries over a broad base), flat rows (every entry tied: the threshold admits all),
+// rows with -inf entries, and vocabularies that K does not divide.
+TEST(FillTopK, EqualsAFullSortOnRandomRows) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> base(0.0f, 2.0f);
+  std::uniform_int_distribution<int> coin(0, 9);
+  struct Case { int vocab, k; };
+  for (const Case c : {Case{4096, 64}, Case{1000, 64}, Case{130, 64}, Case{64, 64}, Case{5, 8},
+                       Case{4097, 7}}) {
+    const int num_rows = 6;
+    std::vector<float> rows(static_cast<size_t>(num_rows) * c.vocab);
+    for (int j = 0; j < num_rows; ++j) {
+      float* x = rows.data() + static_cast<size_t>(j) * c.vocab;
+      for (int v = 0; v < c.vocab; ++v) {
+        switch (j) {
+          case 0: x[v] = 1.5f; break;                                      // all tied
+          case 1: x[v] = std::round(base(gen));  break;                    // many ties
+          case 2: x[v] = coin(gen) == 0 ? -INFINITY : base(gen); break;    // -inf entries
+          default: x[v] = base(gen) + (coin(gen) == 0 ? 8.0f : 0.0f);     // peaked
+        }
+      }
+    }
+    SpecStep step;
+    FillTopK(rows.data(), num_rows, c.vocab, c.k, &step);
+    const int K = std::min(c.k, c.vocab);
+    for (int j = 0; j < num_rows; ++j) {
+      const float* x = rows.data() + static_cast<size_t>(j) * c.vocab;
+      std::vector<int> order(c.vocab);
+      for (int v = 0; v < c.vocab; ++v) order[v] = v;
+      std::sort(order.begin(), order.end(),
+                [x](int a, int b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+      double m = x[order[0]], z = 0;
+      for (int v = 0; v < c.vocab; ++v) z += std::exp(static_cast<double>(x[v]) - m);
+      const double lse = m + std::log(z);
+      double kept = 0;
+      for (int i = 0; i < K; ++i) {
+        const size_t at = static_cast<size_t>(j) * c.k + i;
+        ASSERT_EQ(step.topk_ids[at], order[i]) << "vocab " << c.vocab << " row " << j << " i " << i;
+        const double lp = x[order[i]] - lse;
+        kept += std::exp(lp);
+        const float got = HalfToFloat(step.topk_logprobs[at]);
+        if (std::isinf(lp)) {
+          EXPECT_TRUE(std::isinf(got) && got < 0);
+        } else {
+          EXPECT_NEAR(got, lp, 2e-3 + 1e-3 * std::fabs(lp));
+        }
+      }
+      EXPECT_NEAR(step.tail_mass[j], std::clamp(1.0 - kept, 0.0, 1.0), 2e-5);
+    }
+  }
+}
+
+// A broken model's NaN logits give NaN log-probs, not a crash (the comparator sees no NaN).
+TEST(FillTopK, SurvivesNaNLogits) {
+  std::vector<float> rows(256, NAN);
+  rows[3] = 1.0f;
+  SpecStep step;
+  FillTopK(rows.data(), 1, 256, 64, &step);
+  EXPECT_EQ(step.topk_ids[0], 3);
+  EXPECT_EQ(step.topk_ids.size(), 64u);
 }
 
 TEST(SampleLogger, WritesOneRecordPerRequestWithEveryStep) {
