@@ -182,7 +182,20 @@ Status ReplayReader::ReadRecord(size_t dir, const std::string& key, Record* reco
       .Annotate("in " + d.path);
 }
 
+Status ReplayReader::Read(size_t dir_index, std::string_view key, Record* record) {
+  if (dir_index >= dirs_.size()) {
+    return Status::InvalidArgument("no buffer directory " + std::to_string(dir_index));
+  }
+  return ReadRecord(dir_index, std::string(key), record);
+}
+
 Status ReplayReader::Scan(const ScanOptions& options, const Visitor& visit) {
+  return ScanKeyed(options, [&](size_t dir, std::string_view, const Record& r) {
+    return visit(dir, r);
+  });
+}
+
+Status ReplayReader::ScanKeyed(const ScanOptions& options, const KeyedVisitor& visit) {
   if (options.since_us >= options.until_us) return Status::OK();
   // One cursor per directory, over the records or over the domain's index keys.
   struct Cursor {
@@ -231,7 +244,7 @@ Status ReplayReader::Scan(const ScanOptions& options, const Visitor& visit) {
       SPECLOOP_RETURN_IF_ERROR(DecodeRecord(View(c.it->value()), &record)
                                    .Annotate("in " + dirs_[best]->path));
     }
-    if (!visit(best, record)) return Status::OK();
+    if (!visit(best, best_key, record)) return Status::OK();
     c.it->Next();
   }
 }

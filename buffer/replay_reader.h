@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -78,6 +79,14 @@ class ReplayReader {
   // scan with Corruption.
   using Visitor = std::function<bool(size_t dir_index, const Record& record)>;
   Status Scan(const ScanOptions& options, const Visitor& visit);
+  // Scan(), also passing each record's key (buffer/keys.h; valid during the call), for a
+  // later Read().
+  using KeyedVisitor =
+      std::function<bool(size_t dir_index, std::string_view key, const Record& record)>;
+  Status ScanKeyed(const ScanOptions& options, const KeyedVisitor& visit);
+  // The record at `key` in directory `dir_index` (as ScanKeyed() passed them). NotFound when
+  // retention has removed it.
+  Status Read(size_t dir_index, std::string_view key, Record* record);
 
   // Replaces *batch with options.batch_size records drawn as SampleOptions describes, using
   // `rng` (the same catalog, options and seed give the same batch). NotFound when no record

@@ -84,7 +84,7 @@ int RunOffline(const TrainArgs& a) {
                   std::string(width - filled, ' ').c_str(), static_cast<long long>(pct), p.loss);
     std::cerr << (tty ? "\r" : "") << line << (tty ? "" : "\n") << std::flush;
   };
-  std::cerr << "specloop train: offline, " << a.epochs << " epoch(s), " << t->heldout().size()
+  std::cerr << "specloop train: offline, " << a.epochs << " epoch(s), " << t->heldout_size()
             << " held-out records\n";
   trainer::EvalResult r;
   s = t->RunOffline(a.epochs, a.force, progress, &r);

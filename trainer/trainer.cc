@@ -8,6 +8,9 @@
 #include <cmath>
 #include <iostream>
 #include <thread>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "common/draft_channel.h"
 #include "trainer/training_examples.h"
@@ -24,6 +27,16 @@ uint64_t NowMicros() {
 }
 
 void Log(const std::string& line) { std::cerr << "specloop train: " << line << std::endl; }
+
+// Hands the heap's free pages back to the kernel. A step's transient tensors (a few of tokens x
+// vocab floats) are freed at its end, but glibc keeps the pages in its arenas, so without this
+// the resident size drifts up to the largest steps seen while the live heap stays flat
+// (heaptrack, issue 9). Costs a walk of the free lists, small beside a step.
+void ReleaseFreeHeap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
 
 }  // namespace
 
@@ -76,7 +89,21 @@ Status Trainer::LoadDrafts() {
   return Status::OK();
 }
 
-void Trainer::AddHeldOut(Record r) { heldout_.push_back(std::move(r)); }
+Status Trainer::LoadHeldOut(std::vector<Record>* records) {
+  records->clear();
+  records->reserve(heldout_.size());
+  std::vector<HeldOutRef> kept;
+  for (HeldOutRef& ref : heldout_) {
+    Record r;
+    Status s = reader_->Read(ref.dir, ref.key, &r);
+    if (s.IsNotFound()) continue;  // retention removed it: no longer held out
+    SPECLOOP_RETURN_IF_ERROR(s);
+    records->push_back(std::move(r));
+    kept.push_back(std::move(ref));
+  }
+  heldout_ = std::move(kept);
+  return Status::OK();
+}
 
 Status Trainer::ScanNew(std::vector<Record>* train) {
   uint64_t newest = last_scan_us_;
@@ -91,12 +118,12 @@ Status Trainer::ScanNew(std::vector<Record>* train) {
       recent_traffic_us_ == 0 ? 1.0 : std::exp2(-(now_us - recent_traffic_us_) / half_life_us);
   for (auto& [d, n] : recent_traffic_) n *= decay;
   recent_traffic_us_ = static_cast<uint64_t>(now_us);
-  Status s = reader_->Scan(so, [&](size_t, const Record& r) {
+  Status s = reader_->ScanKeyed(so, [&](size_t dir, std::string_view key, const Record& r) {
     newest = std::max(newest, r.time_us + 1);
     recent_traffic_[r.domain] +=
         std::exp2(-std::max(0.0, now_us - static_cast<double>(r.time_us)) / half_life_us);
     if (IsHeldOut(r, options_.heldout_fraction)) {
-      AddHeldOut(r);
+      heldout_.push_back(HeldOutRef{r.time_us, dir, std::string(key), r.domain});
     } else {
       ++training_records_;
       if (train) train->push_back(r);
@@ -107,11 +134,12 @@ Status Trainer::ScanNew(std::vector<Record>* train) {
   last_scan_us_ = newest;
   if (heldout_.size() != before) {
     // Keep the newest max_heldout_per_domain records of each domain.
-    std::stable_sort(heldout_.begin(), heldout_.end(),
-                     [](const Record& a, const Record& b) { return a.time_us > b.time_us; });
+    std::stable_sort(heldout_.begin(), heldout_.end(), [](const HeldOutRef& a, const HeldOutRef& b) {
+      return a.time_us > b.time_us;
+    });
     std::map<std::string, size_t> kept;
-    std::vector<Record> keep;
-    for (Record& r : heldout_) {
+    std::vector<HeldOutRef> keep;
+    for (HeldOutRef& r : heldout_) {
       if (kept[r.domain]++ < options_.max_heldout_per_domain) keep.push_back(std::move(r));
     }
     heldout_ = std::move(keep);
@@ -194,9 +222,11 @@ Status Trainer::TrainStep(const std::vector<const Record*>& batch, double* loss_
 
 Status Trainer::Evaluate(EvalResult* r) {
   *r = EvalResult();
-  SPECLOOP_RETURN_IF_ERROR(EstimateAlpha(*live_, heldout_, options_.eval_batch_records, &r->live));
+  std::vector<Record> heldout;  // read for this evaluation only
+  SPECLOOP_RETURN_IF_ERROR(LoadHeldOut(&heldout));
+  SPECLOOP_RETURN_IF_ERROR(EstimateAlpha(*live_, heldout, options_.eval_batch_records, &r->live));
   SPECLOOP_RETURN_IF_ERROR(
-      EstimateAlpha(*candidate_, heldout_, options_.eval_batch_records, &r->candidate));
+      EstimateAlpha(*candidate_, heldout, options_.eval_batch_records, &r->candidate));
   r->decision = DecideGate(options_.gate, r->live, r->candidate);
   metrics_.evaluations->Increment();
   auto set = [&](const AlphaEstimate& e, const char* model) {
@@ -313,6 +343,7 @@ Status Trainer::RunOnline(const std::atomic<bool>& stop, DraftPublisher* publish
       Status es = EvaluateAndPublish(publisher, /*force=*/false, &r);
       if (!es.ok()) Log("evaluation failed: " + es.ToString());
     }
+    ReleaseFreeHeap();
   }
   return Status::OK();
 }

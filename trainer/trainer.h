@@ -122,7 +122,10 @@ class Trainer {
   LlamaModel* candidate() { return candidate_.get(); }
   const LlamaModel* live() const { return live_.get(); }
   uint64_t live_version() const { return live_version_; }
-  const std::vector<Record>& heldout() const { return heldout_; }
+  // The held-out records (evaluation's), read from the buffers; those retention removed
+  // are dropped from the set.
+  Status LoadHeldOut(std::vector<Record>* records);
+  size_t heldout_size() const { return heldout_.size(); }
   const CheckpointStore& checkpoints() const { return *store_; }
   int64_t steps() const { return steps_; }
 
@@ -130,7 +133,6 @@ class Trainer {
   Trainer() = default;
   Status LoadDrafts();
   Status ScanNew(std::vector<Record>* train);  // reads records newer than last_scan_us_
-  void AddHeldOut(Record r);
   std::map<std::string, double> DomainWeights() const;
 
   TrainerOptions options_;
@@ -142,7 +144,15 @@ class Trainer {
   int64_t steps_ = 0, samples_ = 0;
   int64_t training_records_ = 0;    // records scanned since opening that are not held out
   int64_t samples_since_open_ = 0;  // samples_ counts from the first checkpoint on
-  std::vector<Record> heldout_;
+  // The held-out set, by reference: evaluation reads the records from the buffers, so the
+  // trainer's memory does not grow with the set (a copy cost ~15 KB per record).
+  struct HeldOutRef {
+    uint64_t time_us;
+    size_t dir;
+    std::string key;
+    std::string domain;
+  };
+  std::vector<HeldOutRef> heldout_;
   uint64_t last_scan_us_ = 0;  // records with time_us < this were scanned
   std::map<std::string, double> live_alpha_, best_alpha_, candidate_alpha_;
   std::map<std::string, double> recent_traffic_;  // records per domain, age-weighted
