@@ -64,6 +64,17 @@ double RssMiB(int pid) {
   return pid > 0 ? static_cast<double>(specloop::ResidentBytes(pid)) / (1 << 20) : 0;
 }
 
+// A "Field:  N kB" line of /proc/PID/status in MiB (RssAnon: heap and stacks; RssFile: mapped
+// files such as the libraries' code pages); 0 when unreadable.
+double StatusMiB(int pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (pid > 0 && std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024;
+  }
+  return 0;
+}
+
 // The last pid logged as "started NAME (pid N)" in `log`, or 0.
 int ChildPid(const std::string& log, const std::string& name) {
   std::ifstream in(log);
@@ -285,6 +296,17 @@ int main(int argc, char** argv) {
     Emit("soak_rss_serve", p, rss_serve, "MiB");
     Emit("soak_rss_train", p, rss_train, "MiB");
     Emit("soak_draft_version", p, version, "version");
+    // What the trainer's memory is: anonymous (heap) or mapped files, and its held-out set,
+    // which fills up to its cap (max_heldout_per_domain records per domain).
+    const int train_pid = ChildPid(log, "train");
+    Emit("soak_rss_train_anon", p, StatusMiB(train_pid, "RssAnon"), "MiB");
+    Emit("soak_rss_train_file", p, StatusMiB(train_pid, "RssFile"), "MiB");
+    std::string train_metrics;
+    if (Get(trainer_port, "/metrics", &train_metrics)) {
+      Emit("soak_train_heldout_records", p,
+           specloop::e2e::MetricValue(train_metrics, "specloop_train_heldout_records"),
+           "records");
+    }
     // Where the server's buffer memory is (RocksDB), to tell it from the rest of the RSS.
     std::string metrics;
     if (Get(port, "/metrics", &metrics)) {
@@ -308,20 +330,24 @@ int main(int argc, char** argv) {
     all_latencies.insert(all_latencies.end(), window.latencies.begin(), window.latencies.end());
   }
   const double warm_s = warmup_minutes * 60, end_s = minutes * 60;
-  auto window_median = [&](double from, double to, double RssSample::*field) {
+  auto window_percentile = [&](double from, double to, double RssSample::*field, double q) {
     std::vector<double> v;
     for (const RssSample& r : rss_samples) {
       if (r.t >= from && r.t <= to && r.*field > 0) v.push_back(r.*field);
     }
-    return Percentile(v, 0.5);
+    return Percentile(v, q);
   };
   Emit("soak_total_requests", params, static_cast<double>(total_requests), "requests");
   Emit("soak_total_errors", params, static_cast<double>(total_errors), "requests");
   Emit("soak_latency_p99_all", params, Percentile(all_latencies, 0.99), "s");
   for (const auto& [name, field] : {std::pair{"serve", &RssSample::serve},
                                     std::pair{"train", &RssSample::train}}) {
-    const double warm = window_median(warm_s, 2 * warm_s, field);
-    const double last = window_median(end_s - warm_s, end_s, field);
+    const double warm = window_percentile(warm_s, 2 * warm_s, field, 0.5);
+    const double last = window_percentile(end_s - warm_s, end_s, field, 0.5);
+    // The floor (10th percentile): what the process holds between its transient peaks, which
+    // a leak raises; the median also moves with how much of the time is spent at a peak.
+    const double warm_floor = window_percentile(warm_s, 2 * warm_s, field, 0.1);
+    const double last_floor = window_percentile(end_s - warm_s, end_s, field, 0.1);
     double peak = 0;
     for (const RssSample& r : rss_samples) {
       if (r.t >= warm_s) peak = std::max(peak, r.*field);
@@ -331,9 +357,18 @@ int main(int argc, char** argv) {
     Emit(n + "_end", params, last, "MiB");
     Emit(n + "_peak", params, peak, "MiB");
     Emit(n + "_growth", params, warm > 0 ? 100 * (last / warm - 1) : 0, "%");
+    Emit(n + "_floor_growth", params, warm_floor > 0 ? 100 * (last_floor / warm_floor - 1) : 0,
+         "%");
   }
   if (!window.first_error.empty()) std::cerr << "first error: " << window.first_error << "\n";
 
+  // The trainer's work over the soak, so that a change to its memory can be weighed against
+  // the steps it costs.
+  std::string train_metrics;
+  if (Get(trainer_port, "/metrics", &train_metrics)) {
+    Emit("soak_train_steps", params,
+         specloop::e2e::MetricValue(train_metrics, "specloop_train_steps_total"), "steps");
+  }
   kill(up, SIGINT);
   int status = 0;
   waitpid(up, &status, 0);
