@@ -11,10 +11,15 @@
 // policy has long learnt alpha and costs.
 // Also "k0_path_vs_plain": the speculative decoder held at k = 0 against plain decoding, the
 // per-step cost of the speculative path itself (auto's floor when it never speculates).
+// A/B of the policy (new vs old in one run): `--b-plain-probe-interval N` adds a second auto
+// arm, "auto_b", whose policy differs in that option only ("auto_b_vs_plain",
+// "auto_vs_auto_b"); `--no-fixed` leaves out k = 1..8 (a shorter run).
 // Usage: spec_bench [--shared DIR] [--prompts N] [--tokens N] [--reps N] [--temperature T]
-//                   [--drafts a,b] [--domains a,b]
+//                   [--drafts a,b] [--domains a,b] [--b-plain-probe-interval N] [--no-fixed]
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -54,16 +59,26 @@ int main(int argc, char** argv) {
   std::string shared = SPECLOOP_SHARED_DIR;
   int n_prompts = 5, max_tokens = 64, reps = 5;
   float temperature = 0.0f;
+  int b_plain_probe_interval = 0;  // 0: no auto_b arm
+  bool fixed = true;
   std::vector<std::string> drafts = {"draft-mix-1m", "draft-prose-1m"};
   std::vector<std::string> domains = {"prose", "python", "c", "legal", "docs"};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--drafts")) drafts = bench::SplitCommas(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--domains")) domains = bench::SplitCommas(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--shared")) shared = argv[i + 1];
-    if (!std::strcmp(argv[i], "--prompts")) n_prompts = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--tokens")) max_tokens = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--temperature")) temperature = std::atof(argv[i + 1]);
+  for (int i = 1; i < argc; ++i) {
+    const char* flag = argv[i];
+    if (!std::strcmp(flag, "--no-fixed")) {
+      fixed = false;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    const char* value = argv[++i];
+    if (!std::strcmp(flag, "--drafts")) drafts = bench::SplitCommas(value);
+    if (!std::strcmp(flag, "--domains")) domains = bench::SplitCommas(value);
+    if (!std::strcmp(flag, "--shared")) shared = value;
+    if (!std::strcmp(flag, "--prompts")) n_prompts = std::atoi(value);
+    if (!std::strcmp(flag, "--tokens")) max_tokens = std::atoi(value);
+    if (!std::strcmp(flag, "--reps")) reps = std::atoi(value);
+    if (!std::strcmp(flag, "--temperature")) temperature = std::atof(value);
+    if (!std::strcmp(flag, "--b-plain-probe-interval")) b_plain_probe_interval = std::atoi(value);
   }
   SetComputeThreads(1);
   c10::InferenceMode guard;
@@ -104,18 +119,27 @@ int main(int argc, char** argv) {
     for (const auto& domain : domains) {
       // k = -1: auto (one policy per draft and domain, learning across prompts, as serving
       // keeps one per domain); k = 0: plain decoding; k = -2: the speculative decoder at k = 0.
-      constexpr int kAuto = -1, kPathAtZero = -2;
+      // k = -3: auto_b, the A/B arm.
+      constexpr int kAuto = -1, kPathAtZero = -2, kAutoB = -3;
       std::map<int, std::vector<double>> tps;  // k -> per-rep tokens/s
       std::map<int, SpeculativeStats> stats;
-      std::vector<int> ks = {0, 1, 2, 3, 4, 5, 6, 7, 8, kAuto, kPathAtZero};
-      SpeculationPolicy policy;
-      CalibrateSpeculationPolicy(*target, draft.get(), k_max, &policy, 256, gen.sampling);
-      for (const auto& prompt : prompts[domain]) {  // auto's warm-up, untimed
-        DraftModelProposer proposer(draft.get(), gen.sampling);
-        SpeculativeOptions o;
-        o.generate = gen;
-        o.policy = &policy;
-        GenerateSpeculative(*target, &proposer, prompt, o, nullptr);
+      std::vector<int> ks = {0};
+      if (fixed) ks.insert(ks.end(), {1, 2, 3, 4, 5, 6, 7, 8});
+      ks.insert(ks.end(), {kAuto, kPathAtZero});
+      if (b_plain_probe_interval > 0) ks.push_back(kAutoB);
+      SpeculationPolicyOptions b_options;
+      b_options.plain_probe_interval = b_plain_probe_interval;
+      SpeculationPolicy policy, policy_b(b_options);
+      for (SpeculationPolicy* pol : {&policy, &policy_b}) {
+        if (pol == &policy_b && b_plain_probe_interval <= 0) continue;
+        CalibrateSpeculationPolicy(*target, draft.get(), k_max, pol, 256, gen.sampling);
+        for (const auto& prompt : prompts[domain]) {  // auto's warm-up, untimed
+          DraftModelProposer proposer(draft.get(), gen.sampling);
+          SpeculativeOptions o;
+          o.generate = gen;
+          o.policy = pol;
+          GenerateSpeculative(*target, &proposer, prompt, o, nullptr);
+        }
       }
       for (int rep = 0; rep < reps; ++rep) {
         // Every length on each prompt in turn, so that a rep's rates share the machine's state.
@@ -132,6 +156,7 @@ int main(int argc, char** argv) {
               o.generate = gen;
               o.k = std::max(k, 0);
               if (k == kAuto) o.policy = &policy;
+              if (k == kAutoB) o.policy = &policy_b;
               SpeculativeStats s;
               r = GenerateSpeculative(*target, &proposer, prompt, o, &s);
               stats[k].Add(s);
@@ -162,6 +187,16 @@ int main(int argc, char** argv) {
       Emit("k0_path_vs_plain", base, ratio(kPathAtZero, 0), "ratio");
       for (int k : ks) {
         if (k == 0 || k == kPathAtZero) continue;
+        if (k == kAutoB) {
+          p = base;
+          p["k"] = "auto_b";
+          p["plain_probe_interval"] = b_plain_probe_interval;
+          Emit("tokens_per_second", p, Median(tps[k]), "tokens/s");
+          Emit("k_mean", p, stats[k].k_mean(), "tokens");
+          Emit("auto_b_vs_plain", p, ratio(kAutoB, 0), "ratio");
+          Emit("auto_vs_auto_b", p, ratio(kAuto, kAutoB), "ratio");
+          continue;
+        }
         const SpeculativeStats& s = stats[k];
         const double measured = Median(tps[k]);
         p = base;
@@ -188,7 +223,7 @@ int main(int argc, char** argv) {
           }
         } else {
           Emit("k_mean", p, s.k_mean(), "tokens");
-          Emit("auto_vs_best_fixed", p, ratio(kAuto, best_k), "ratio");
+          if (fixed) Emit("auto_vs_best_fixed", p, ratio(kAuto, best_k), "ratio");
           Emit("auto_vs_plain", p, ratio(kAuto, 0), "ratio");
           p["best_fixed_k"] = best_k;
         }

@@ -169,7 +169,7 @@ int SpeculationPolicy::ChooseBest(const std::function<double(int)>& model, int p
   if (best > 0) {
     zero_streak_ = 0;
     probe_wait_ = std::max(1, options_.probe_interval);
-    if (++spec_streak_ < int64_t{std::max(1, options_.max_probe_interval)} * probe_scale) {
+    if (++spec_streak_ < int64_t{std::max(1, options_.plain_probe_interval)} * probe_scale) {
       return best;
     }
     spec_streak_ = 0;

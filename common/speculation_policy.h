@@ -49,9 +49,16 @@ struct SpeculationPolicyOptions {
   // change the verdict doubles the wait, up to max_probe_interval (a probe with a poor draft
   // costs draft forwards and a longer verification). Default: 16.
   int probe_interval = 16;
-  // Default: 256. While some k > 0 wins, every max_probe_interval-th choice is a plain step,
-  // so that k = 0's realized rate stays current too.
+  // Longest wait between those probes. Default: 256.
   int max_probe_interval = 256;
+  // While some k > 0 wins, every plain_probe_interval-th choice is a plain step, so that
+  // plain decoding's realized cost stays measured beside the chosen length's. Its modelled
+  // cost alone can be far off (calibrated at another context length and machine state;
+  // spec_bench, docs / draft-prose-1m: 2.0 ms modelled, 1.42 ms real). But a plain step
+  // amid speculation is not plain decoding: in an A/B run (spec_bench
+  // --b-plain-probe-interval), probing every 16 choices was 0.977x (median of 10 draft /
+  // domain cells; 8 of 10 below 1) of every 256. Default: 256.
+  int plain_probe_interval = 256;
 };
 
 class SpeculationPolicy {

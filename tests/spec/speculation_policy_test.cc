@@ -156,6 +156,45 @@ TEST(SpeculationPolicy, PlainStepsNowAndThenWhileSpeculationWins) {
   EXPECT_EQ(plain_at, (std::vector<int>{256, 512}));
 }
 
+// A world where plain decoding wins (plain step 1.42 s, a 2-position verification 2.02 s, a
+// draft token 0.37 s, alpha 0.6: k = 1 makes 0.67 tokens/s against 0.70) but whose
+// calibration put a plain step at 2.0 s: the model then prefers k = 1, and while speculating
+// it never sees a plain step to correct that. Plain probes measure plain decoding's real
+// rate, and the policy turns speculation off (here with a probe every 16 choices; the
+// default waits 256). The companion run without plain probes stays on k > 0: the test tells
+// the two apart.
+TEST(SpeculationPolicy, PlainProbesCorrectAStalePlainCost) {
+  auto run = [](int plain_probe_interval) {
+    SpeculationPolicyOptions o;
+    o.plain_probe_interval = plain_probe_interval;
+    SpeculationPolicy p(o);
+    auto target = [](int n) { return 1.42 + 0.6 * (n - 1); };
+    p.SeedTarget(1, 2.0);  // stale
+    for (int n = 2; n <= o.k_max + 1; ++n) p.SeedTarget(n, target(n));
+    p.SeedDraft(0.37);
+    uint64_t x = 12345;  // a fixed LCG: Bernoulli(0.6) acceptances
+    auto accept = [&x] {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      return (x >> 33) % 1000 < 600;
+    };
+    int plain_late = 0;
+    for (int i = 0; i < 2000; ++i) {
+      const int k = p.ChooseK();
+      int accepted = 0;
+      while (accepted < k && accept()) ++accepted;
+      const double seconds = 0.37 * k + target(k + 1);
+      p.ObserveTarget(k + 1, target(k + 1));
+      if (k > 0) p.ObserveDraft(k, 0.37 * k);
+      p.ObserveStep(k, accepted);
+      p.ObserveRealized(k, seconds);
+      if (i >= 1000 && k == 0) ++plain_late;
+    }
+    return plain_late / 1000.0;
+  };
+  EXPECT_GE(run(16), 0.95);
+  EXPECT_LE(run(1 << 20), 0.05);
+}
+
 TEST(SpeculationPolicy, AcceptanceEstimateFollowsChange) {
   SpeculationPolicy p = Seeded(1.0, 0.05, 0.05);
   Observe(&p, 0.2, 300);

@@ -310,7 +310,7 @@ TEST(SpeculativeDecoder, AdaptivePolicyLeavesTheDraftIdleWhenItsCatchUpDoesNotPa
   // probes; the draft's catch-up costs `per_token` seconds per token.
   auto run = [&](double per_token) {
     SpeculationPolicyOptions po;
-    po.probe_interval = po.max_probe_interval = 1 << 20;
+    po.probe_interval = po.max_probe_interval = po.plain_probe_interval = 1 << 20;
     po.min_realized_steps = 1 << 20;  // the model alone decides
     SpeculationPolicy policy(po);
     for (int n = 1; n <= po.k_max + 1; ++n) policy.SeedTarget(n, 1e-3);
