@@ -8,9 +8,6 @@
 #include <cmath>
 #include <iostream>
 #include <thread>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include "common/draft_channel.h"
 #include "trainer/training_examples.h"
@@ -27,16 +24,6 @@ uint64_t NowMicros() {
 }
 
 void Log(const std::string& line) { std::cerr << "specloop train: " << line << std::endl; }
-
-// Hands the heap's free pages back to the kernel. A step's transient tensors (a few of tokens x
-// vocab floats) are freed at its end, but glibc keeps the pages in its arenas, so without this
-// the resident size drifts up to the largest steps seen while the live heap stays flat
-// (heaptrack, issue 9). Costs a walk of the free lists, small beside a step.
-void ReleaseFreeHeap() {
-#if defined(__GLIBC__)
-  malloc_trim(0);
-#endif
-}
 
 }  // namespace
 
@@ -343,7 +330,6 @@ Status Trainer::RunOnline(const std::atomic<bool>& stop, DraftPublisher* publish
       Status es = EvaluateAndPublish(publisher, /*force=*/false, &r);
       if (!es.ok()) Log("evaluation failed: " + es.ToString());
     }
-    ReleaseFreeHeap();
   }
   return Status::OK();
 }
