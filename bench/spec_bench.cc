@@ -11,11 +11,12 @@
 // policy has long learnt alpha and costs.
 // Also "k0_path_vs_plain": the speculative decoder held at k = 0 against plain decoding, the
 // per-step cost of the speculative path itself (auto's floor when it never speculates).
-// A/B of the policy (new vs old in one run): `--b-plain-probe-interval N` adds a second auto
-// arm, "auto_b", whose policy differs in that option only ("auto_b_vs_plain",
-// "auto_vs_auto_b"); `--no-fixed` leaves out k = 1..8 (a shorter run).
+// A/B of the policy (new vs old in one run): `--b-plain-probe-interval N` or
+// `--b-calibration-context N` adds a second auto arm, "auto_b", whose policy differs in that
+// only ("auto_b_vs_plain", "auto_vs_auto_b"); `--no-fixed` leaves out k = 1..8 (shorter).
 // Usage: spec_bench [--shared DIR] [--prompts N] [--tokens N] [--reps N] [--temperature T]
-//                   [--drafts a,b] [--domains a,b] [--b-plain-probe-interval N] [--no-fixed]
+//                   [--drafts a,b] [--domains a,b] [--b-plain-probe-interval N]
+//                   [--b-calibration-context N] [--no-fixed]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -59,7 +60,9 @@ int main(int argc, char** argv) {
   std::string shared = SPECLOOP_SHARED_DIR;
   int n_prompts = 5, max_tokens = 64, reps = 5;
   float temperature = 0.0f;
-  int b_plain_probe_interval = 0;  // 0: no auto_b arm
+  // The auto_b arm (none unless one of these is given): its plain_probe_interval and the
+  // context its calibration times forwards at (A: 256 tokens).
+  int b_plain_probe_interval = 0, b_calibration_context = 0;
   bool fixed = true;
   std::vector<std::string> drafts = {"draft-mix-1m", "draft-prose-1m"};
   std::vector<std::string> domains = {"prose", "python", "c", "legal", "docs"};
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(flag, "--reps")) reps = std::atoi(value);
     if (!std::strcmp(flag, "--temperature")) temperature = std::atof(value);
     if (!std::strcmp(flag, "--b-plain-probe-interval")) b_plain_probe_interval = std::atoi(value);
+    if (!std::strcmp(flag, "--b-calibration-context")) b_calibration_context = std::atoi(value);
   }
   SetComputeThreads(1);
   c10::InferenceMode guard;
@@ -126,13 +130,16 @@ int main(int argc, char** argv) {
       std::vector<int> ks = {0};
       if (fixed) ks.insert(ks.end(), {1, 2, 3, 4, 5, 6, 7, 8});
       ks.insert(ks.end(), {kAuto, kPathAtZero});
-      if (b_plain_probe_interval > 0) ks.push_back(kAutoB);
+      const bool ab = b_plain_probe_interval > 0 || b_calibration_context > 0;
+      if (ab) ks.push_back(kAutoB);
       SpeculationPolicyOptions b_options;
-      b_options.plain_probe_interval = b_plain_probe_interval;
+      if (b_plain_probe_interval > 0) b_options.plain_probe_interval = b_plain_probe_interval;
       SpeculationPolicy policy, policy_b(b_options);
       for (SpeculationPolicy* pol : {&policy, &policy_b}) {
-        if (pol == &policy_b && b_plain_probe_interval <= 0) continue;
-        CalibrateSpeculationPolicy(*target, draft.get(), k_max, pol, 256, gen.sampling);
+        if (pol == &policy_b && !ab) continue;
+        const int context =
+            pol == &policy_b && b_calibration_context > 0 ? b_calibration_context : 256;
+        CalibrateSpeculationPolicy(*target, draft.get(), k_max, pol, context, gen.sampling);
         for (const auto& prompt : prompts[domain]) {  // auto's warm-up, untimed
           DraftModelProposer proposer(draft.get(), gen.sampling);
           SpeculativeOptions o;
@@ -190,7 +197,8 @@ int main(int argc, char** argv) {
         if (k == kAutoB) {
           p = base;
           p["k"] = "auto_b";
-          p["plain_probe_interval"] = b_plain_probe_interval;
+          p["plain_probe_interval"] = b_options.plain_probe_interval;
+          p["calibration_context"] = b_calibration_context > 0 ? b_calibration_context : 256;
           Emit("tokens_per_second", p, Median(tps[k]), "tokens/s");
           Emit("k_mean", p, stats[k].k_mean(), "tokens");
           Emit("auto_b_vs_plain", p, ratio(kAutoB, 0), "ratio");
