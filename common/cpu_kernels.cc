@@ -20,6 +20,8 @@ typedef float v8 __attribute__((vector_size(32)));
 
 typedef int i8 __attribute__((vector_size(32)));
 
+typedef unsigned u32x8 __attribute__((vector_size(32)));
+
 inline float HSum(v8 v) {
   float s = 0;
   for (int i = 0; i < 8; ++i) s += v[i];
@@ -55,7 +57,7 @@ inline v8 ExpClamped(v8 x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  i8 bits, tb, mb;
+  u32x8 bits, tb, mb;  // unsigned: the shift below is defined for negative n too
   const v8 magic = v8{} + kMagic;
   std::memcpy(&bits, &p, 32);
   std::memcpy(&tb, &t, 32);
