@@ -10,12 +10,16 @@
 // measured requests. The modes are interleaved within each repetition, so a change in machine
 // load hits them alike; ratios (auto/off, logging overheads) are computed per repetition and
 // their median reported, beside the median throughput and p50/p99 latency of each mode.
+// First, the logger's per-row work alone: FillTopK against the direct way (an exp in double per
+// entry, a partial_sort over all ids) on the same rows ("logger_fill_topk",
+// "logger_fill_topk_vs_direct").
 // JSON lines {"name", "params", "value", "unit"}.
 // Also the mean speculation length of the timed part (draft tokens per step).
 // Usage: serve_bench [--shared DIR] [--reps N] [--requests N] [--tokens N] [--warmup N]
 //                    [--concurrency N (default: 1, 4 and 16)]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -29,6 +33,7 @@
 
 #include "buffer/replay_logger.h"
 #include "bench/bench_util.h"
+#include "common/rng.h"
 #include "common/threads.h"
 #include "serve/http_server.h"
 #include "serve/sample_logger.h"
@@ -158,6 +163,59 @@ RunResult RunOnce(const std::string& shared, const Mode& mode, int concurrency, 
           steps > 0 ? drafted / steps : 0};
 }
 
+// The direct way to the logger's per-row work (FillTopK's contract: log-probs at temperature 1,
+// the top K in decreasing order, ties toward lower ids, the tail mass): an exp in double per
+// entry and a partial_sort over all ids. The baseline FillTopK's speed is measured against.
+void DirectTopK(const float* x, int vocab, int k, std::vector<int>* ids, std::vector<double>* lps,
+                double* tail) {
+  const float m = *std::max_element(x, x + vocab);
+  double sum = 0;
+  for (int v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(x[v]) - m);
+  const double lse = m + std::log(sum);
+  ids->resize(vocab);
+  for (int v = 0; v < vocab; ++v) (*ids)[v] = v;
+  std::partial_sort(ids->begin(), ids->begin() + k, ids->end(),
+                    [x](int a, int b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+  lps->resize(k);
+  double kept = 0;
+  for (int i = 0; i < k; ++i) kept += std::exp((*lps)[i] = x[(*ids)[i]] - lse);
+  *tail = std::max(0.0, 1.0 - kept);
+}
+
+// FillTopK against DirectTopK on 200 rows shaped like logits (N(0, 2) with one entry in 50
+// raised by 6) over target-6m's 4096 ids, K = 64; medians of 5 repetitions.
+void BenchFillTopK() {
+  const int vocab = 4096, k = 64, n_rows = 200;
+  Rng rng(1);
+  std::vector<float> rows(static_cast<size_t>(vocab) * n_rows);
+  for (float& x : rows) {
+    const double u1 = std::max(rng.Uniform(), 1e-12), u2 = rng.Uniform();
+    x = static_cast<float>(2.0 * std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307 * u2) +
+                           (rng.Uniform() < 0.02 ? 6.0 : 0.0));
+  }
+  std::vector<double> fast_us, ratio;
+  std::vector<int> ids;
+  std::vector<double> lps;
+  for (int rep = 0; rep < 5; ++rep) {
+    SpecStep step;
+    auto t0 = std::chrono::steady_clock::now();
+    FillTopK(rows.data(), n_rows, vocab, k, &step);
+    auto t1 = std::chrono::steady_clock::now();
+    double tail = 0;
+    for (int j = 0; j < n_rows; ++j) {
+      DirectTopK(rows.data() + static_cast<size_t>(j) * vocab, vocab, k, &ids, &lps, &tail);
+    }
+    auto t2 = std::chrono::steady_clock::now();
+    const double fast = std::chrono::duration<double>(t1 - t0).count();
+    const double direct = std::chrono::duration<double>(t2 - t1).count();
+    fast_us.push_back(fast * 1e6 / n_rows);
+    ratio.push_back(direct / fast);
+  }
+  const json params = {{"vocab", vocab}, {"k", k}, {"rows", n_rows}};
+  Emit("logger_fill_topk", params, Median(fast_us), "us/row");
+  Emit("logger_fill_topk_vs_direct", params, Median(ratio), "ratio");
+}
+
 }  // namespace
 }  // namespace specloop
 
@@ -175,6 +233,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--concurrency")) concurrencies = {std::atoi(argv[i + 1])};
   }
   SetComputeThreads(1);
+  BenchFillTopK();
   std::vector<std::pair<std::string, std::string>> prompts;
   for (const std::string domain : {"prose", "python", "c", "legal", "docs"}) {
     std::ifstream in(shared + "/prompts/" + domain + ".jsonl");

@@ -19,7 +19,6 @@
 //                   [--b-calibration-context N] [--no-fixed]
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -90,6 +89,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<Tokenizer> tok;
   if (!Tokenizer::Load(shared + "/models/target-6m", &tok).ok()) return 1;
   const int k_max = 8;
+  const int kCalibrationContext = 256;  // auto's (and auto_b's unless told otherwise)
 
   // Costs, measured once for the run: target forward of n positions, draft forward of one.
   SpeculationPolicy costs;
@@ -134,11 +134,9 @@ int main(int argc, char** argv) {
       if (ab) ks.push_back(kAutoB);
       SpeculationPolicyOptions b_options;
       if (b_plain_probe_interval > 0) b_options.plain_probe_interval = b_plain_probe_interval;
+      const int b_context = b_calibration_context > 0 ? b_calibration_context : kCalibrationContext;
       SpeculationPolicy policy, policy_b(b_options);
-      for (SpeculationPolicy* pol : {&policy, &policy_b}) {
-        if (pol == &policy_b && !ab) continue;
-        const int context =
-            pol == &policy_b && b_calibration_context > 0 ? b_calibration_context : 256;
+      auto calibrate_and_warm_up = [&](SpeculationPolicy* pol, int context) {
         CalibrateSpeculationPolicy(*target, draft.get(), k_max, pol, context, gen.sampling);
         for (const auto& prompt : prompts[domain]) {  // auto's warm-up, untimed
           DraftModelProposer proposer(draft.get(), gen.sampling);
@@ -147,7 +145,9 @@ int main(int argc, char** argv) {
           o.policy = pol;
           GenerateSpeculative(*target, &proposer, prompt, o, nullptr);
         }
-      }
+      };
+      calibrate_and_warm_up(&policy, kCalibrationContext);
+      if (ab) calibrate_and_warm_up(&policy_b, b_context);
       for (int rep = 0; rep < reps; ++rep) {
         // Every length on each prompt in turn, so that a rep's rates share the machine's state.
         std::map<int, double> seconds;
@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
           p = base;
           p["k"] = "auto_b";
           p["plain_probe_interval"] = b_options.plain_probe_interval;
-          p["calibration_context"] = b_calibration_context > 0 ? b_calibration_context : 256;
+          p["calibration_context"] = b_context;
           Emit("tokens_per_second", p, Median(tps[k]), "tokens/s");
           Emit("k_mean", p, stats[k].k_mean(), "tokens");
           Emit("auto_b_vs_plain", p, ratio(kAutoB, 0), "ratio");

@@ -172,11 +172,12 @@ Status ReplayReader::RefreshCatalog() {
   return Status::OK();
 }
 
-Status ReplayReader::ReadRecord(size_t dir, const std::string& key, Record* record) {
+Status ReplayReader::ReadRecord(size_t dir, std::string_view key, Record* record) {
   Dir& d = *dirs_[dir];
   rocksdb::PinnableSlice value;
+  const rocksdb::Slice k(key.data(), key.size());
   SPECLOOP_RETURN_IF_ERROR(
-      FromRocks(d.db->Get(rocksdb::ReadOptions(), d.handles[0], key, &value), "reading record"));
+      FromRocks(d.db->Get(rocksdb::ReadOptions(), d.handles[0], k, &value), "reading record"));
   records_decoded_.fetch_add(1);
   return DecodeRecord(std::string_view(value.data(), value.size()), record)
       .Annotate("in " + d.path);
@@ -186,7 +187,7 @@ Status ReplayReader::Read(size_t dir_index, std::string_view key, Record* record
   if (dir_index >= dirs_.size()) {
     return Status::InvalidArgument("no buffer directory " + std::to_string(dir_index));
   }
-  return ReadRecord(dir_index, std::string(key), record);
+  return ReadRecord(dir_index, key, record);
 }
 
 Status ReplayReader::Scan(const ScanOptions& options, const Visitor& visit) {
@@ -238,7 +239,7 @@ Status ReplayReader::ScanKeyed(const ScanOptions& options, const KeyedVisitor& v
     if (best < 0) return Status::OK();
     Cursor& c = cursors[best];
     if (options.domain) {
-      SPECLOOP_RETURN_IF_ERROR(ReadRecord(best, std::string(best_key), &record));
+      SPECLOOP_RETURN_IF_ERROR(ReadRecord(best, best_key, &record));
     } else {
       records_decoded_.fetch_add(1);
       SPECLOOP_RETURN_IF_ERROR(DecodeRecord(View(c.it->value()), &record)

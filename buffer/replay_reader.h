@@ -115,7 +115,7 @@ class ReplayReader {
 
   ReplayReader() = default;
   Status RefreshCatalog();  // REQUIRES: catch_up_mu_ held
-  Status ReadRecord(size_t dir, const std::string& key, Record* record);
+  Status ReadRecord(size_t dir, std::string_view key, Record* record);
   void CatchUpLoop();
 
   ReaderOptions options_;

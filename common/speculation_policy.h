@@ -19,8 +19,9 @@
 // unobserved (the sizes of forwards that k = 0 never runs, the draft, a length's realized
 // rate). So costs are kept in load-free units: a load factor follows the ratio of plain
 // decoding's target forwards (one position) to their modelled cost, every observation is
-// divided by it when recorded and every estimate multiplied by it when read. Ratios between lengths, which the
-// choice depends on, then compare measurements taken under different loads fairly.
+// divided by it when recorded and every estimate multiplied by it when read. Ratios between
+// lengths, which the choice depends on, then compare measurements taken under different
+// loads fairly.
 //
 // Pure logic; the caller times forwards and reports them. One policy per domain (or per
 // request). Not thread-safe.
@@ -54,7 +55,7 @@ struct SpeculationPolicyOptions {
   // While some k > 0 wins, every plain_probe_interval-th choice is a plain step, so that
   // plain decoding's realized cost stays measured beside the chosen length's. Its modelled
   // cost alone can be far off (calibrated at another context length and machine state;
-  // spec_bench, docs / draft-prose-1m: 2.0 ms modelled, 1.42 ms real). But a plain step
+  // spec_bench, docs / draft-prose-1m: 2.0 ms modelled, 1.42-1.58 ms real). A plain step
   // amid speculation is not plain decoding: in an A/B run (spec_bench
   // --b-plain-probe-interval), probing every 16 choices was 0.977x (median of 10 draft /
   // domain cells; 8 of 10 below 1) of every 256. Default: 256.

@@ -309,7 +309,8 @@ void Scheduler::Step() {
       const int drafted = static_cast<int>(seq->draft_tokens.size());
       const int accepted = seq->decoder->last_accepted();
       const auto l0 = Clock::now();
-      if (seq->trace) {  // a speculative step logs more rows: part of what it costs
+      // Handing the step to the logger (its rows' top-K runs on the logger's thread).
+      if (seq->trace) {
         sample_logger_->AddStep(seq->trace, seq->start_pos, seq->draft_tokens, accepted,
                                 mine.narrow(0, seq->rows - (drafted + 1), drafted + 1));
       }
@@ -324,7 +325,7 @@ void Scheduler::Step() {
       }
       if (seq->policy) {
         // This sequence's step: drafting (a catch-up is priced apart), its share of the
-        // forward, verification, logging.
+        // forward, verification, handing it to the logger.
         seq->policy->ObserveRealized(seq->k, std::max(0.0, seq->draft_seconds) +
                                                  forward_s * seq->rows / rows + commit_s + log_s);
         seq->policy->ObserveStep(drafted, accepted);

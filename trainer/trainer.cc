@@ -121,9 +121,9 @@ Status Trainer::ScanNew(std::vector<Record>* train) {
   last_scan_us_ = newest;
   if (heldout_.size() != before) {
     // Keep the newest max_heldout_per_domain records of each domain.
-    std::stable_sort(heldout_.begin(), heldout_.end(), [](const HeldOutRef& a, const HeldOutRef& b) {
-      return a.time_us > b.time_us;
-    });
+    std::stable_sort(
+        heldout_.begin(), heldout_.end(),
+        [](const HeldOutRef& a, const HeldOutRef& b) { return a.time_us > b.time_us; });
     std::map<std::string, size_t> kept;
     std::vector<HeldOutRef> keep;
     for (HeldOutRef& r : heldout_) {

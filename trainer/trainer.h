@@ -144,8 +144,8 @@ class Trainer {
   int64_t steps_ = 0, samples_ = 0;
   int64_t training_records_ = 0;    // records scanned since opening that are not held out
   int64_t samples_since_open_ = 0;  // samples_ counts from the first checkpoint on
-  // The held-out set, by reference: evaluation reads the records from the buffers, so the
-  // trainer's memory does not grow with the set (a copy cost ~15 KB per record).
+  // The held-out set, by reference: evaluation reads the records from the buffers, so they
+  // are resident only while evaluated (a copy held ~15 KB per record).
   struct HeldOutRef {
     uint64_t time_us;
     size_t dir;
