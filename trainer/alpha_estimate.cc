@@ -16,10 +16,8 @@ std::map<std::string, double> AlphaEstimate::LoggedByDomain() const {
   return m;
 }
 
-Status EstimateAlpha(const LlamaModel& model, const std::vector<Record>& records,
-                     int batch_records, AlphaEstimate* out) {
-  AlphaEstimate est;
-  std::map<std::string, std::pair<double, double>> sums;  // domain -> (logged, coarsened)
+Status AlphaAccumulator::Add(const LlamaModel& model, const std::vector<Record>& records,
+                             int batch_records) {
   const size_t step = static_cast<size_t>(std::max(1, batch_records));
   try {
     c10::InferenceMode guard;
@@ -47,29 +45,43 @@ Status EstimateAlpha(const LlamaModel& model, const std::vector<Record>& records
       const double* l = lo.data_ptr<double>();
       const double* h = hi.data_ptr<double>();
       for (int64_t n = 0; n < pb.size(); ++n) {
-        auto& s = sums[pb.domains[n]];
+        auto& s = sums_[pb.domains[n]];
         s.first += l[n];
         s.second += h[n];
-        est.logged_values[pb.domains[n]].push_back(l[n]);
-        est.domains[pb.domains[n]].positions++;
+        est_.logged_values[pb.domains[n]].push_back(l[n]);
+        est_.domains[pb.domains[n]].positions++;
       }
     }
   } catch (const c10::Error& e) {
     return Status::IOError(std::string("estimating alpha: ") + e.what_without_backtrace());
   }
+  return Status::OK();
+}
+
+AlphaEstimate AlphaAccumulator::Estimate() const {
+  AlphaEstimate est = est_;
   double all_lo = 0, all_hi = 0;
+  est.overall = DomainAlpha();
   for (auto& [d, a] : est.domains) {
-    a.logged = sums[d].first / a.positions;
-    a.coarsened = sums[d].second / a.positions;
-    all_lo += sums[d].first;
-    all_hi += sums[d].second;
+    const auto& [lo, hi] = sums_.at(d);
+    a.logged = lo / a.positions;
+    a.coarsened = hi / a.positions;
+    all_lo += lo;
+    all_hi += hi;
     est.overall.positions += a.positions;
   }
   if (est.overall.positions > 0) {
     est.overall.logged = all_lo / est.overall.positions;
     est.overall.coarsened = all_hi / est.overall.positions;
   }
-  *out = std::move(est);
+  return est;
+}
+
+Status EstimateAlpha(const LlamaModel& model, const std::vector<Record>& records,
+                     int batch_records, AlphaEstimate* out) {
+  AlphaAccumulator acc;
+  SPECLOOP_RETURN_IF_ERROR(acc.Add(model, records, batch_records));
+  *out = acc.Estimate();
   return Status::OK();
 }
 

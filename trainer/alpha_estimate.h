@@ -38,9 +38,24 @@ struct AlphaEstimate {
   std::map<std::string, double> LoggedByDomain() const;
 };
 
-// Evaluates `model` on the positions of `records` (training_examples.h), in forwards of at
-// most `batch_records` records and kMaxForwardTokens tokens, under inference mode. IOError
-// wraps a LibTorch failure.
+// Builds an AlphaEstimate from records given in parts, so that a large held-out set need not
+// be resident at once. Parts added in the same order to two accumulators give paired
+// logged_values.
+class AlphaAccumulator {
+ public:
+  // Evaluates `model` on the positions of `records` (training_examples.h), in forwards of at
+  // most `batch_records` records and kMaxForwardTokens tokens, under inference mode, and adds
+  // them. IOError wraps a LibTorch failure (the positions of the failed forward are not added).
+  Status Add(const LlamaModel& model, const std::vector<Record>& records, int batch_records);
+  // The estimate over every position added so far.
+  AlphaEstimate Estimate() const;
+
+ private:
+  AlphaEstimate est_;  // positions and logged_values; the means are filled by Estimate()
+  std::map<std::string, std::pair<double, double>> sums_;  // domain -> (logged, coarsened)
+};
+
+// AlphaAccumulator over `records` in one part.
 Status EstimateAlpha(const LlamaModel& model, const std::vector<Record>& records,
                      int batch_records, AlphaEstimate* out);
 

@@ -76,20 +76,35 @@ Status Trainer::LoadDrafts() {
   return Status::OK();
 }
 
-Status Trainer::LoadHeldOut(std::vector<Record>* records) {
-  records->clear();
-  records->reserve(heldout_.size());
+Status Trainer::ForEachHeldOutPart(size_t part_size,
+                                   const std::function<Status(const std::vector<Record>&)>& visit) {
+  part_size = std::max<size_t>(1, part_size);
   std::vector<HeldOutRef> kept;
-  for (HeldOutRef& ref : heldout_) {
+  std::vector<Record> part;
+  part.reserve(std::min(part_size, heldout_.size()));
+  for (const HeldOutRef& ref : heldout_) {
     Record r;
     Status s = reader_->Read(ref.dir, ref.key, &r);
     if (s.IsNotFound()) continue;  // retention removed it: no longer held out
     SPECLOOP_RETURN_IF_ERROR(s);
-    records->push_back(std::move(r));
-    kept.push_back(std::move(ref));
+    part.push_back(std::move(r));
+    kept.push_back(ref);
+    if (part.size() == part_size) {
+      SPECLOOP_RETURN_IF_ERROR(visit(part));
+      part.clear();
+    }
   }
+  if (!part.empty()) SPECLOOP_RETURN_IF_ERROR(visit(part));
   heldout_ = std::move(kept);
   return Status::OK();
+}
+
+Status Trainer::LoadHeldOut(std::vector<Record>* records) {
+  records->clear();
+  return ForEachHeldOutPart(heldout_.size(), [&](const std::vector<Record>& part) {
+    records->insert(records->end(), part.begin(), part.end());
+    return Status::OK();
+  });
 }
 
 Status Trainer::ScanNew(std::vector<Record>* train) {
@@ -209,11 +224,17 @@ Status Trainer::TrainStep(const std::vector<const Record*>& batch, double* loss_
 
 Status Trainer::Evaluate(EvalResult* r) {
   *r = EvalResult();
-  std::vector<Record> heldout;  // read for this evaluation only
-  SPECLOOP_RETURN_IF_ERROR(LoadHeldOut(&heldout));
-  SPECLOOP_RETURN_IF_ERROR(EstimateAlpha(*live_, heldout, options_.eval_batch_records, &r->live));
-  SPECLOOP_RETURN_IF_ERROR(
-      EstimateAlpha(*candidate_, heldout, options_.eval_batch_records, &r->candidate));
+  // The held-out set is read in parts of one forward each: what evaluation keeps resident
+  // does not grow with the set.
+  AlphaAccumulator live, candidate;
+  const int batch = options_.eval_batch_records;
+  SPECLOOP_RETURN_IF_ERROR(ForEachHeldOutPart(
+      static_cast<size_t>(std::max(1, batch)), [&](const std::vector<Record>& part) {
+        SPECLOOP_RETURN_IF_ERROR(live.Add(*live_, part, batch));
+        return candidate.Add(*candidate_, part, batch);
+      }));
+  r->live = live.Estimate();
+  r->candidate = candidate.Estimate();
   r->decision = DecideGate(options_.gate, r->live, r->candidate);
   metrics_.evaluations->Increment();
   auto set = [&](const AlphaEstimate& e, const char* model) {

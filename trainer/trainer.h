@@ -133,6 +133,11 @@ class Trainer {
   Trainer() = default;
   Status LoadDrafts();
   Status ScanNew(std::vector<Record>* train);  // reads records newer than last_scan_us_
+  // Reads the held-out records in order and calls `visit` on parts of at most `part_size`,
+  // stopping at the first error. Records retention removed are skipped, and dropped from the
+  // set when every part was visited.
+  Status ForEachHeldOutPart(size_t part_size,
+                            const std::function<Status(const std::vector<Record>&)>& visit);
   std::map<std::string, double> DomainWeights() const;
 
   TrainerOptions options_;
@@ -144,8 +149,8 @@ class Trainer {
   int64_t steps_ = 0, samples_ = 0;
   int64_t training_records_ = 0;    // records scanned since opening that are not held out
   int64_t samples_since_open_ = 0;  // samples_ counts from the first checkpoint on
-  // The held-out set, by reference: evaluation reads the records from the buffers, so they
-  // are resident only while evaluated (a copy held ~15 KB per record).
+  // The held-out set, by reference: evaluation reads the records from the buffers one
+  // forward's worth at a time (a copy of the set held ~15 KB per record).
   struct HeldOutRef {
     uint64_t time_us;
     size_t dir;

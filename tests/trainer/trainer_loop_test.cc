@@ -104,6 +104,37 @@ TEST_F(TrainerLoopTest, OfflineDistillationRaisesHeldOutAlphaOfEveryDomain) {
   EXPECT_NEAR(resumed.overall.logged, r.candidate.overall.logged, 1e-5);
 }
 
+// Evaluation reads the held-out set in parts of eval_batch_records (its memory does not grow
+// with the set): the parts, the last one short, must add up to one pass over the whole set.
+TEST_F(TrainerLoopTest, EvaluationInPartsEqualsOnePassOverTheHeldOutSet) {
+  TempDir ckpt;
+  TrainerOptions o = Options(ckpt.path());
+  o.eval_batch_records = 4;
+  std::unique_ptr<Trainer> t;
+  ASSERT_TRUE(Trainer::Open(o, nullptr, &t).ok());
+  std::vector<Record> heldout;
+  ASSERT_TRUE(t->LoadHeldOut(&heldout).ok());
+  ASSERT_GT(heldout.size(), 4u);
+  ASSERT_NE(heldout.size() % 4, 0u) << "the test wants a short last part";
+  AlphaEstimate whole;
+  ASSERT_TRUE(EstimateAlpha(*t->live(), heldout, 16, &whole).ok());
+
+  EvalResult r;
+  ASSERT_TRUE(t->Evaluate(&r).ok());
+  EXPECT_EQ(t->heldout_size(), heldout.size());
+  for (const AlphaEstimate* parts : {&r.live, &r.candidate}) {
+    EXPECT_EQ(parts->overall.positions, whole.overall.positions);
+    EXPECT_NEAR(parts->overall.logged, whole.overall.logged, 1e-5);
+    EXPECT_NEAR(parts->overall.coarsened, whole.overall.coarsened, 1e-5);
+    ASSERT_EQ(parts->logged_values.size(), whole.logged_values.size());
+    for (const auto& [domain, values] : whole.logged_values) {
+      const std::vector<double>& got = parts->logged_values.at(domain);
+      ASSERT_EQ(got.size(), values.size()) << domain;
+      for (size_t i = 0; i < values.size(); ++i) EXPECT_NEAR(got[i], values[i], 1e-5) << domain;
+    }
+  }
+}
+
 TEST_F(TrainerLoopTest, GateRefusesADamagedCandidate) {
   TempDir ckpt;
   metrics::Registry registry;
