@@ -16,6 +16,8 @@ SpeculationPolicy::SpeculationPolicy(const SpeculationPolicyOptions& options)
       successes_(options.prior_alpha * options.prior_weight),
       failures_((1.0 - options.prior_alpha) * options.prior_weight),
       target_cost_(options.k_max + 2, 0.0),
+      target_slope_(options.k_max + 2, 0.0),
+      target_known_(options.k_max + 2, false),
       real_seconds_(options.k_max + 1, 0.0),
       real_n_(options.k_max + 1, 0.0),
       real_steps_(options.k_max + 1, 0),
@@ -28,13 +30,20 @@ void SpeculationPolicy::ObserveStep(int drafted, int accepted) {
   failures_ = failures_ * decay_ + (accepted < drafted ? 1.0 : 0.0);
 }
 
-void SpeculationPolicy::ObserveTarget(int positions, double seconds) {
+void SpeculationPolicy::ObserveTarget(int positions, double seconds, int64_t context) {
   if (positions < 1 || positions >= static_cast<int>(target_cost_.size()) || !(seconds > 0)) {
     return;
   }
+  const double L = static_cast<double>(std::max<int64_t>(0, context));
   double& c = target_cost_[positions];
-  if (c <= 0) {  // its first measurement replaces interpolation
-    c = seconds / load_;
+  double& slope = target_slope_[positions];
+  // The cost at context 0 that this observation implies (never below 0: a slope that
+  // overstates the context's share then errs towards costlier forwards at short contexts).
+  auto intercept = [&] { return std::max(0.0, seconds / load_ - slope * L); };
+  if (!target_known_[positions]) {  // its first measurement replaces interpolation
+    slope = TargetSlope(positions);
+    c = intercept();
+    target_known_[positions] = true;
     return;
   }
   // Plain decoding's forwards move the load by their ratio to the model, geometrically, and
@@ -44,10 +53,11 @@ void SpeculationPolicy::ObserveTarget(int positions, double seconds) {
   // length is chosen, and from it into every other length's rate, in that length's favour.
   double kept = decay_;
   if (positions == 1) {
-    load_ *= std::pow(seconds / (load_ * c), 1.0 - decay_);
+    const double modelled = c + slope * L;
+    if (modelled > 0) load_ *= std::pow(seconds / (load_ * modelled), 1.0 - decay_);
     kept = shape_decay_;
   }
-  c = c * kept + seconds / load_ * (1.0 - kept);
+  c = c * kept + intercept() * (1.0 - kept);
 }
 
 void SpeculationPolicy::ObserveDraft(int tokens, double seconds) {
@@ -80,10 +90,14 @@ double SpeculationPolicy::RealizedRate(int k) const {
   return spec::ExpectedTokensPerStep(alpha(), k) * real_n_[k] / (real_seconds_[k] * load_);
 }
 
-void SpeculationPolicy::SeedTarget(int positions, double seconds) {
-  if (positions >= 1 && positions < static_cast<int>(target_cost_.size())) {
-    target_cost_[positions] = seconds / load_;
-  }
+void SpeculationPolicy::SeedTarget(int positions, double seconds, int64_t context,
+                                   double seconds_per_context_token) {
+  if (positions < 1 || positions >= static_cast<int>(target_cost_.size())) return;
+  const double slope = std::max(0.0, seconds_per_context_token) / load_;
+  target_slope_[positions] = slope;
+  target_cost_[positions] =
+      std::max(0.0, seconds / load_ - slope * static_cast<double>(std::max<int64_t>(0, context)));
+  target_known_[positions] = true;
 }
 
 void SpeculationPolicy::SeedDraft(double seconds_per_token) {
@@ -100,32 +114,47 @@ double SpeculationPolicy::draft_seconds_per_token() const {
   return draft_n_ > 0 ? load_ * draft_s_ / draft_n_ : 0.0;
 }
 
-double SpeculationPolicy::target_seconds(int positions) const {
-  return load_ * TargetCost(positions);
+double SpeculationPolicy::target_seconds(int positions, int64_t context) const {
+  return load_ * TargetCost(positions, context);
 }
 
-double SpeculationPolicy::TargetCost(int positions) const {
-  const int n_max = static_cast<int>(target_cost_.size()) - 1;
-  positions = std::clamp(positions, 1, n_max);
-  if (target_cost_[positions] > 0) return target_cost_[positions];
-  int lo = positions - 1, hi = positions + 1;
-  while (lo >= 1 && target_cost_[lo] <= 0) --lo;
-  while (hi <= n_max && target_cost_[hi] <= 0) ++hi;
-  if (lo < 1 && hi > n_max) return 0.0;
-  if (lo < 1) return target_cost_[hi];
-  if (hi > n_max) return target_cost_[lo];
-  const double t = double(positions - lo) / (hi - lo);
-  return target_cost_[lo] * (1 - t) + target_cost_[hi] * t;
+// f(n) for a block size n from the known sizes: its own, else linear between the nearest known
+// sizes around it, else the nearest one; `none` when no size is known.
+static double InterpolateKnown(const std::vector<bool>& known, int n, double none,
+                               const std::function<double(int)>& f) {
+  const int n_max = static_cast<int>(known.size()) - 1;
+  n = std::clamp(n, 1, n_max);
+  if (known[n]) return f(n);
+  int lo = n - 1, hi = n + 1;
+  while (lo >= 1 && !known[lo]) --lo;
+  while (hi <= n_max && !known[hi]) ++hi;
+  if (lo < 1 && hi > n_max) return none;
+  if (lo < 1) return f(hi);
+  if (hi > n_max) return f(lo);
+  const double t = double(n - lo) / (hi - lo);
+  return f(lo) * (1 - t) + f(hi) * t;
 }
 
-double SpeculationPolicy::ExpectedRate(int k) const {
-  const double time = k * draft_seconds_per_token() + target_seconds(k + 1);
+double SpeculationPolicy::TargetCost(int positions, int64_t context) const {
+  const double L = static_cast<double>(std::max<int64_t>(0, context));
+  return InterpolateKnown(target_known_, positions, 0.0,
+                          [&](int n) { return target_cost_[n] + target_slope_[n] * L; });
+}
+
+double SpeculationPolicy::TargetSlope(int positions) const {
+  return InterpolateKnown(target_known_, positions, 0.0,
+                          [&](int n) { return target_slope_[n]; });
+}
+
+double SpeculationPolicy::ExpectedRate(int k, int64_t context) const {
+  const double time = k * draft_seconds_per_token() + target_seconds(k + 1, context);
   return time > 0 ? spec::ExpectedTokensPerStep(alpha(), k) / time : 0.0;
 }
 
-int SpeculationPolicy::ChooseK(int64_t catch_up_tokens, int64_t remaining) {
-  if (target_seconds(1) <= 0 || draft_n_ <= 0) return std::max(1, options_.k_max / 2);
-  return ChooseBest([this](int k) { return ExpectedRate(k); }, 1, catch_up_tokens, remaining);
+int SpeculationPolicy::ChooseK(int64_t catch_up_tokens, int64_t remaining, int64_t context) {
+  if (target_seconds(1, context) <= 0 || draft_n_ <= 0) return std::max(1, options_.k_max / 2);
+  return ChooseBest([&](int k) { return ExpectedRate(k, context); }, 1, catch_up_tokens,
+                    remaining);
 }
 
 int SpeculationPolicy::ChooseBest(const std::function<double(int)>& model, int probe_scale,

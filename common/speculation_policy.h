@@ -5,8 +5,12 @@
 //   time(k)   = k * draft_seconds + target_seconds(k + 1)
 //
 // from measured quantities: alpha (per-token acceptance over a recent window), the draft's
-// seconds per drafted token, and the target's seconds per forward of n positions, kept per n
-// (seeded by a calibration run, refined by every observed forward; unmeasured n interpolated).
+// seconds per drafted token, and the target's seconds per forward of n positions after L
+// cached tokens, kept per n as a + s * L (seeded by a calibration run at two context lengths,
+// which fixes the slope s; every observed forward refines a; unmeasured n interpolated). The
+// slope matters because a length that goes unobserved keeps the cost of the context it was
+// last measured at: plain decoding's, calibrated at 256 tokens, was 2.0 ms beside a real
+// 1.42-1.58 ms on spec_bench's docs prompts, and made k = 1 look faster than plain there.
 // k = 0 (plain decoding) is chosen where nothing beats it; while at 0, a probe now and then
 // choice still speculates so that acceptance keeps being measured (it may recover, e.g. after
 // a new draft). A sequence whose draft has fallen behind (its prompt, tokens decoded plainly,
@@ -70,9 +74,10 @@ class SpeculationPolicy {
   // Acceptance is estimated as a geometric success rate: `accepted` successes and, when
   // accepted < drafted, one failure (positions after the first rejection were never tested).
   void ObserveStep(int drafted, int accepted);
-  // Seconds the target took for one forward of `positions` new tokens of one sequence. Moves
-  // that size's cost and, for one position once it has a cost, the load factor.
-  void ObserveTarget(int positions, double seconds);
+  // Seconds the target took for one forward of `positions` new tokens of one sequence after
+  // `context` cached tokens. Moves that size's cost and, for one position once it has a cost,
+  // the load factor.
+  void ObserveTarget(int positions, double seconds, int64_t context = 0);
   // Seconds the proposer took to draft `tokens` tokens (skip free proposers).
   void ObserveDraft(int tokens, double seconds);
   // Seconds the draft took to catch up on `tokens` context tokens in one forward.
@@ -94,9 +99,9 @@ class SpeculationPolicy {
   // The k with the highest expected tokens per second; 0 when speculation does not pay (but
   // see probe_interval), counting the draft's catch-up on `catch_up_tokens` tokens against
   // the time saved over the `remaining` tokens the sequence may still emit (remaining <= 0:
-  // unknown, the catch-up is not counted). Before any target or draft cost is known:
-  // k_max / 2.
-  int ChooseK(int64_t catch_up_tokens = 0, int64_t remaining = 0);
+  // unknown, the catch-up is not counted), with target costs at `context` cached tokens.
+  // Before any target or draft cost is known: k_max / 2.
+  int ChooseK(int64_t catch_up_tokens = 0, int64_t remaining = 0, int64_t context = 0);
 
   double alpha() const;
   // The load factor: recent one-position target forwards' seconds over their load-free cost
@@ -107,11 +112,12 @@ class SpeculationPolicy {
   // caught-up token times `tokens`, and at least one draft forward; 0 before any catch-up or
   // draft cost is known.
   double CatchUpSeconds(int64_t tokens) const;
-  // Target seconds for a forward of `positions` new tokens: measured, else interpolated
-  // between the nearest measured sizes (extrapolated flat); 0 when nothing is measured.
-  double target_seconds(int positions) const;
+  // Target seconds for a forward of `positions` new tokens after `context` cached tokens:
+  // measured, else interpolated between the nearest measured sizes (extrapolated flat); 0
+  // when nothing is measured.
+  double target_seconds(int positions, int64_t context = 0) const;
   // Expected tokens per second at speculation length k under the current estimates.
-  double ExpectedRate(int k) const;
+  double ExpectedRate(int k, int64_t context = 0) const;
 
   // Batched serving (see BatchCostModel below): the k with the highest expected tokens per
   // second for one sequence of a batch of `batch_size` sequences, the target's cost per
@@ -125,8 +131,12 @@ class SpeculationPolicy {
   // Expected tokens per second of one sequence at length k in a batch of `batch_size`.
   double ExpectedRateInBatch(int k, const class BatchCostModel& cost, int batch_size) const;
 
-  // Sets a cost estimate directly (a calibration run), replacing what was observed.
-  void SeedTarget(int positions, double seconds);
+  // Sets a cost estimate directly (a calibration run), replacing what was observed: a forward
+  // of `positions` after `context` cached tokens took `seconds`, and each cached token more
+  // or less adds or saves `seconds_per_context_token` (>= 0; 0: the cost does not follow
+  // the context).
+  void SeedTarget(int positions, double seconds, int64_t context = 0,
+                  double seconds_per_context_token = 0);
   void SeedDraft(double seconds_per_token);
 
  private:
@@ -136,9 +146,12 @@ class SpeculationPolicy {
   double load_ = 1.0;  // see the class comment; every seconds below is divided by it
   // Acceptance: decayed counts of successes and failures.
   double successes_, failures_;
-  // Target cost per block size n = 1..k_max + 1 (index n), load-free; 0 = not measured.
-  std::vector<double> target_cost_;
-  double TargetCost(int positions) const;  // load-free, interpolated
+  // Target cost per block size n = 1..k_max + 1 (index n), load-free: target_cost_[n] +
+  // target_slope_[n] * context.
+  std::vector<double> target_cost_, target_slope_;
+  std::vector<bool> target_known_;  // [n]: measured or seeded
+  double TargetCost(int positions, int64_t context) const;  // load-free, interpolated
+  double TargetSlope(int positions) const;                  // interpolated likewise
   // Draft cost: decayed sums of seconds and tokens; likewise for catch-ups.
   double draft_s_ = 0, draft_n_ = 0;
   double catch_up_s_ = 0, catch_up_n_ = 0;

@@ -217,9 +217,10 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
   while (!dec.finished()) {
     const int64_t remaining =
         options.generate.max_tokens - static_cast<int64_t>(dec.tokens().size() - prompt.size());
-    const int k = options.policy
-                      ? options.policy->ChooseK(proposer->CatchUpTokens(dec.tokens()), remaining)
-                      : options.k;
+    const int64_t context = static_cast<int64_t>(dec.tokens().size()) - 1;  // the target's cache
+    const int k = options.policy ? options.policy->ChooseK(proposer->CatchUpTokens(dec.tokens()),
+                                                           remaining, context)
+                                 : options.k;
     const auto s0 = Clock::now();
     dec.Propose(k);
     ForwardInput in = dec.TargetInput();
@@ -235,7 +236,7 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
       options.policy->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
       options.policy->ObserveRealized(
           k, std::chrono::duration<double>(Clock::now() - s0).count() - catch_up.seconds);
-      options.policy->ObserveTarget(positions, verify_s);
+      options.policy->ObserveTarget(positions, verify_s, context);
       const double draft_s = proposer->last_propose_seconds();
       if (draft_s >= 0) options.policy->ObserveDraft(drafted, draft_s);
       options.policy->ObserveStep(drafted, dec.last_accepted());
@@ -261,11 +262,17 @@ double VerificationSecondsPerRow(int vocab, const SamplingParams& sampling) {
 
 void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draft, int k_max,
                                 SpeculationPolicy* policy, int context,
-                                const SamplingParams& sampling) {
+                                const SamplingParams& sampling, int short_context) {
   c10::InferenceMode guard;
   context = std::max(1, std::min(context, target.config().max_position_embeddings - k_max - 2));
+  const bool two = short_context >= 1 && short_context < context;
   KVCache target_cache = target.NewCache(context + k_max + 1);
   target.Forward({{&target_cache, std::vector<int64_t>(context, 3), false}});
+  KVCache short_cache;
+  if (two) {
+    short_cache = target.NewCache(short_context + k_max + 1);
+    target.Forward({{&short_cache, std::vector<int64_t>(short_context, 3), false, {}}});
+  }
   KVCache draft_cache;
   if (draft) {  // its prompt-sized catch-up, timed
     draft_cache = draft->NewCache(context + 1);
@@ -287,12 +294,15 @@ void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draf
   // after the target's verification. Two models taking turns evict each other's weights from
   // the CPU's caches, which can cost as much as the extra positions.
   const int rounds = 7;
-  std::vector<std::vector<double>> t(k_max + 2);
+  std::vector<std::vector<double>> t(k_max + 2), t_short(k_max + 2);
   std::vector<double> d;
   for (int round = 0; round < rounds; ++round) {
     for (int n = 1; n <= k_max + 1; ++n) {
       if (draft && n > 1) d.push_back(seconds(*draft, &draft_cache, 1, context));
       t[n].push_back(seconds(target, &target_cache, n, context));
+      if (!two) continue;
+      if (draft && n > 1) d.push_back(seconds(*draft, &draft_cache, 1, context));
+      t_short[n].push_back(seconds(target, &short_cache, n, short_context));
     }
     if (draft && k_max == 0) d.push_back(seconds(*draft, &draft_cache, 1, context));
   }
@@ -303,7 +313,11 @@ void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draf
   // Each scored row is also turned into a processed distribution (verification); each drafted
   // token too (sampling it).
   const double row = VerificationSecondsPerRow(target.config().vocab_size, sampling);
-  for (int n = 1; n <= k_max + 1; ++n) policy->SeedTarget(n, median(t[n]) + n * row);
+  for (int n = 1; n <= k_max + 1; ++n) {
+    const double slope =
+        two ? std::max(0.0, (median(t[n]) - median(t_short[n])) / (context - short_context)) : 0.0;
+    policy->SeedTarget(n, median(t[n]) + n * row, context, slope);
+  }
   policy->SeedDraft(draft ? median(d) + row : 0.0);
 }
 

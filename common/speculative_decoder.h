@@ -121,15 +121,18 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
                                    const std::vector<int>& prompt,
                                    const SpeculativeOptions& options, SpeculativeStats* stats);
 
-// Times target forwards of 1 .. k_max + 1 positions and one draft token (`draft` may be null
-// for free proposers) after `context` cached positions, interleaved over 7 rounds (medians),
-// and the draft's catch-up on those `context` positions,
-// adds the cost of turning each row into a processed distribution under `sampling` (none for
-// greedy), and seeds `policy` with them. Verification cost grows with context (attention), so
-// calibrate near the context lengths served.
+// Times target forwards of 1 .. k_max + 1 positions after `context` cached positions and,
+// when 1 <= short_context < context, after `short_context` too; one draft token (`draft` may
+// be null for free proposers) after `context`; interleaved over 7 rounds (medians). Also the
+// draft's catch-up on those `context` positions. Adds the cost of turning each row into a
+// processed distribution under `sampling` (none for greedy) and seeds `policy` with them:
+// each size's cost at `context` and, from the two contexts, its growth per cached token
+// (attention), so that the policy prices forwards at the context it decodes at. With one
+// context the cost is flat in the context: calibrate near the context lengths served.
 void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draft, int k_max,
                                 SpeculationPolicy* policy, int context = 256,
-                                const SamplingParams& sampling = SamplingParams());
+                                const SamplingParams& sampling = SamplingParams(),
+                                int short_context = 16);
 
 // Seconds to turn one row of logits into a processed distribution under `sampling` (0 for
 // greedy), measured on this machine.

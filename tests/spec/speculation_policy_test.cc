@@ -195,6 +195,69 @@ TEST(SpeculationPolicy, PlainProbesCorrectAStalePlainCost) {
   EXPECT_LE(run(1 << 20), 0.05);
 }
 
+// A forward's cost grows with the context (attention): here target(n, L) = 1 + 0.6 (n - 1) +
+// 0.004 L seconds, draft 0.37 s per token, alpha 0.6. Sequences decode at contexts 80..144,
+// where plain decoding wins (at L = 100: k = 1 makes 0.68 tokens/s against 0.71); at the
+// 256-token context a calibration runs at, k = 1 wins. Calibrated at two contexts, the policy
+// prices plain steps at the context it decodes at and stays plain; calibrated at 256 alone
+// (slope 0), plain keeps its 256-token cost while only longer forwards are observed, and the
+// policy stays on k = 1 (the companion: the test tells the two apart). No plain probes.
+TEST(SpeculationPolicy, PlainCostFollowsTheContext) {
+  auto target = [](int n, int64_t L) { return 1.0 + 0.6 * (n - 1) + 0.004 * L; };
+  auto run = [&](bool two_contexts) {
+    SpeculationPolicyOptions o;
+    o.plain_probe_interval = 1 << 20;
+    SpeculationPolicy p(o);
+    for (int n = 1; n <= o.k_max + 1; ++n) {
+      const double slope = two_contexts ? (target(n, 256) - target(n, 16)) / 240 : 0.0;
+      p.SeedTarget(n, target(n, 256), 256, slope);
+    }
+    p.SeedDraft(0.37);
+    uint64_t x = 12345;  // a fixed LCG: Bernoulli(0.6) acceptances
+    auto accept = [&x] {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      return (x >> 33) % 1000 < 600;
+    };
+    int plain_late = 0, steps = 0;
+    for (int request = 0; request < 60; ++request) {
+      for (int64_t L = 80; L < 144;) {
+        const int k = p.ChooseK(0, 0, L);
+        int accepted = 0;
+        while (accepted < k && accept()) ++accepted;
+        p.ObserveTarget(k + 1, target(k + 1, L), L);
+        if (k > 0) p.ObserveDraft(k, 0.37 * k);
+        p.ObserveStep(k, accepted);
+        p.ObserveRealized(k, 0.37 * k + target(k + 1, L));
+        if (request >= 30 && k == 0) ++plain_late;
+        if (request >= 30) ++steps;
+        L += accepted + 1;
+      }
+    }
+    return static_cast<double>(plain_late) / steps;
+  };
+  EXPECT_GE(run(true), 0.95);
+  EXPECT_LE(run(false), 0.05);
+}
+
+TEST(SpeculationPolicy, TargetCostIsLinearInTheContext) {
+  SpeculationPolicyOptions o;
+  o.k_max = 2;
+  SpeculationPolicy p(o);
+  p.SeedTarget(1, 2.0, 200, 0.005);  // 1.0 s at context 0
+  p.SeedTarget(3, 3.0, 200, 0.001);
+  EXPECT_DOUBLE_EQ(p.target_seconds(1, 0), 1.0);
+  EXPECT_DOUBLE_EQ(p.target_seconds(1, 100), 1.5);
+  EXPECT_DOUBLE_EQ(p.target_seconds(2, 100), (1.5 + 2.9) / 2);  // interpolated between sizes
+  // An observation moves the cost at every context alike: the slope is the calibration's.
+  for (int i = 0; i < 2000; ++i) p.ObserveTarget(3, 2.5, 100);
+  EXPECT_NEAR(p.target_seconds(3, 100), 2.5, 1e-6);
+  EXPECT_NEAR(p.target_seconds(3, 300), 2.7, 1e-6);
+  // The first observation of an unmeasured size takes its neighbours' interpolated slope.
+  p.ObserveTarget(2, 2.0, 100);
+  EXPECT_NEAR(p.target_seconds(2, 100), 2.0, 1e-9);
+  EXPECT_NEAR(p.target_seconds(2, 200), 2.0 + 100 * 0.003, 1e-9);
+}
+
 TEST(SpeculationPolicy, AcceptanceEstimateFollowsChange) {
   SpeculationPolicy p = Seeded(1.0, 0.05, 0.05);
   Observe(&p, 0.2, 300);
