@@ -11,13 +11,15 @@
 // policy has long learnt alpha and costs.
 // Also "k0_path_vs_plain": the speculative decoder held at k = 0 against plain decoding, the
 // per-step cost of the speculative path itself (auto's floor when it never speculates).
-// A/B of the policy (new vs old in one run): `--b-plain-probe-interval N`,
-// `--b-calibration-context N` or `--b-short-context N` (0: calibrate at one context, costs
-// flat in the context) adds a second auto arm, "auto_b", whose policy differs in that only
-// ("auto_b_vs_plain", "auto_vs_auto_b"); `--no-fixed` leaves out k = 1..8 (shorter).
+// A/B of the policy (new vs old in one run): `--b-plain-probe-interval N`, `--b-probe-budget X`,
+// `--b-calibration-context N`, `--b-short-context N` (0: calibrate at one context, costs
+// flat in the context) or `--b-plain-run N` (0: plain forwards timed in the rounds) adds a
+// second auto arm, "auto_b", whose policy differs in that only ("auto_b_vs_plain",
+// "auto_vs_auto_b"); `--no-fixed` leaves out k = 1..8 (shorter).
 // Usage: spec_bench [--shared DIR] [--prompts N] [--tokens N] [--reps N] [--temperature T]
-//                   [--drafts a,b] [--domains a,b] [--b-plain-probe-interval N]
-//                   [--b-calibration-context N] [--b-short-context N] [--no-fixed]
+//                   [--drafts a,b] [--domains a,b] [--b-plain-probe-interval N] [--b-probe-budget X]
+//                   [--b-calibration-context N] [--b-short-context N] [--b-plain-run N]
+//                   [--no-fixed]
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -60,9 +62,11 @@ int main(int argc, char** argv) {
   std::string shared = SPECLOOP_SHARED_DIR;
   int n_prompts = 5, max_tokens = 64, reps = 5;
   float temperature = 0.0f;
-  // The auto_b arm (none unless one of these is given): its plain_probe_interval and the
-  // contexts its calibration times forwards at (A: 256 and 16 tokens).
-  int b_plain_probe_interval = 0, b_calibration_context = 0, b_short_context = -1;
+  // The auto_b arm (none unless one of these is given): its plain_probe_interval and its
+  // calibration (A: CalibrationOptions' defaults).
+  int b_plain_probe_interval = 0, b_calibration_context = 0, b_short_context = -1,
+      b_plain_run = -1;
+  double b_probe_budget = 0;
   bool fixed = true;
   std::vector<std::string> drafts = {"draft-mix-1m", "draft-prose-1m"};
   std::vector<std::string> domains = {"prose", "python", "c", "legal", "docs"};
@@ -84,6 +88,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(flag, "--b-plain-probe-interval")) b_plain_probe_interval = std::atoi(value);
     if (!std::strcmp(flag, "--b-calibration-context")) b_calibration_context = std::atoi(value);
     if (!std::strcmp(flag, "--b-short-context")) b_short_context = std::atoi(value);
+    if (!std::strcmp(flag, "--b-plain-run")) b_plain_run = std::atoi(value);
+    if (!std::strcmp(flag, "--b-probe-budget")) b_probe_budget = std::atof(value);
   }
   SetComputeThreads(1);
   c10::InferenceMode guard;
@@ -91,17 +97,14 @@ int main(int argc, char** argv) {
   std::unique_ptr<Tokenizer> tok;
   if (!Tokenizer::Load(shared + "/models/target-6m", &tok).ok()) return 1;
   const int k_max = 8;
-  // Auto's calibration contexts (and auto_b's unless told otherwise).
-  const int kCalibrationContext = 256, kShortContext = 16;
-
   // Costs, measured once for the run: target forward of n positions (after 16 and after 256
   // cached tokens; c and beta are at 256), draft forward of one.
+  const CalibrationOptions calibration;
   SpeculationPolicy costs;
-  CalibrateSpeculationPolicy(*target, nullptr, k_max, &costs, kCalibrationContext,
-                             SamplingParams(), kShortContext);
-  const double t1 = costs.target_seconds(1, kCalibrationContext);
+  CalibrateSpeculationPolicy(*target, nullptr, k_max, &costs, calibration);
+  const double t1 = costs.target_seconds(1, calibration.context);
   for (int n = 1; n <= k_max + 1; ++n) {
-    for (int context : {kShortContext, kCalibrationContext}) {
+    for (int context : {calibration.short_context, calibration.context}) {
       Emit("target_forward_latency", {{"positions", n}, {"context", context}},
            costs.target_seconds(n, context) * 1e6, "us");
     }
@@ -138,16 +141,20 @@ int main(int argc, char** argv) {
       std::vector<int> ks = {0};
       if (fixed) ks.insert(ks.end(), {1, 2, 3, 4, 5, 6, 7, 8});
       ks.insert(ks.end(), {kAuto, kPathAtZero});
-      const bool ab = b_plain_probe_interval > 0 || b_calibration_context > 0 || b_short_context >= 0;
+      const bool ab = b_plain_probe_interval > 0 || b_calibration_context > 0 ||
+                      b_short_context >= 0 || b_plain_run >= 0 || b_probe_budget > 0;
       if (ab) ks.push_back(kAutoB);
       SpeculationPolicyOptions b_options;
       if (b_plain_probe_interval > 0) b_options.plain_probe_interval = b_plain_probe_interval;
-      const int b_context = b_calibration_context > 0 ? b_calibration_context : kCalibrationContext;
-      const int b_short = b_short_context >= 0 ? b_short_context : kShortContext;
+      if (b_probe_budget > 0) b_options.probe_budget = b_probe_budget;
+      CalibrationOptions a_calibration = calibration, b_calibration = calibration;
+      a_calibration.sampling = b_calibration.sampling = gen.sampling;
+      if (b_calibration_context > 0) b_calibration.context = b_calibration_context;
+      if (b_short_context >= 0) b_calibration.short_context = b_short_context;
+      if (b_plain_run >= 0) b_calibration.plain_run = b_plain_run;
       SpeculationPolicy policy, policy_b(b_options);
-      auto calibrate_and_warm_up = [&](SpeculationPolicy* pol, int context, int short_context) {
-        CalibrateSpeculationPolicy(*target, draft.get(), k_max, pol, context, gen.sampling,
-                                   short_context);
+      auto calibrate_and_warm_up = [&](SpeculationPolicy* pol, const CalibrationOptions& co) {
+        CalibrateSpeculationPolicy(*target, draft.get(), k_max, pol, co);
         for (const auto& prompt : prompts[domain]) {  // auto's warm-up, untimed
           DraftModelProposer proposer(draft.get(), gen.sampling);
           SpeculativeOptions o;
@@ -156,8 +163,8 @@ int main(int argc, char** argv) {
           GenerateSpeculative(*target, &proposer, prompt, o, nullptr);
         }
       };
-      calibrate_and_warm_up(&policy, kCalibrationContext, kShortContext);
-      if (ab) calibrate_and_warm_up(&policy_b, b_context, b_short);
+      calibrate_and_warm_up(&policy, a_calibration);
+      if (ab) calibrate_and_warm_up(&policy_b, b_calibration);
       for (int rep = 0; rep < reps; ++rep) {
         // Every length on each prompt in turn, so that a rep's rates share the machine's state.
         std::map<int, double> seconds;
@@ -208,8 +215,10 @@ int main(int argc, char** argv) {
           p = base;
           p["k"] = "auto_b";
           p["plain_probe_interval"] = b_options.plain_probe_interval;
-          p["calibration_context"] = b_context;
-          p["short_context"] = b_short;
+          p["probe_budget"] = b_options.probe_budget;
+          p["calibration_context"] = b_calibration.context;
+          p["short_context"] = b_calibration.short_context;
+          p["plain_run"] = b_calibration.plain_run;
           Emit("tokens_per_second", p, Median(tps[k]), "tokens/s");
           Emit("k_mean", p, stats[k].k_mean(), "tokens");
           Emit("auto_b_vs_plain", p, ratio(kAutoB, 0), "ratio");
@@ -232,7 +241,7 @@ int main(int argc, char** argv) {
         Emit("tokens_per_step", p, s.tokens_per_step(), "tokens");
         if (k > 0) {
           Emit("alpha", p, alpha, "ratio");
-          const double beta = costs.target_seconds(k + 1, kCalibrationContext) / t1;
+          const double beta = costs.target_seconds(k + 1, calibration.context) / t1;
           Emit("beta", p, beta, "ratio");
           const double tau = spec::ExpectedTokensPerStep(alpha, k);
           Emit("predicted_speedup", p, tau / (k * c + beta), "ratio");

@@ -205,7 +205,14 @@ int SpeculationPolicy::ChooseBest(const std::function<double(int)>& model, int p
     return 0;  // a plain step now and then keeps k = 0's rate current
   }
   spec_streak_ = 0;
-  if (++zero_streak_ < int64_t{probe_wait_} * probe_scale) return 0;
+  // A probe first pays the draft's catch-up on what was decoded plainly (a whole prompt at a
+  // request's start): wait until the plain steps since the last probe make it at most
+  // probe_budget of their time.
+  const double catch_up_steps =
+      plain_rate > 0 ? CatchUpSeconds(catch_up_tokens) * plain_rate * probe_scale : 0.0;
+  const double wait = std::max(static_cast<double>(int64_t{probe_wait_} * probe_scale),
+                               catch_up_steps / std::max(1e-6, options_.probe_budget));
+  if (++zero_streak_ < wait) return 0;
   zero_streak_ = 0;
   probe_wait_ = std::min(2 * probe_wait_, std::max(1, options_.max_probe_interval));
   return best_spec;

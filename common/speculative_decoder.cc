@@ -261,31 +261,38 @@ double VerificationSecondsPerRow(int vocab, const SamplingParams& sampling) {
 }
 
 void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draft, int k_max,
-                                SpeculationPolicy* policy, int context,
-                                const SamplingParams& sampling, int short_context) {
+                                SpeculationPolicy* policy, const CalibrationOptions& options) {
   c10::InferenceMode guard;
-  context = std::max(1, std::min(context, target.config().max_position_embeddings - k_max - 2));
+  const int plain_run = std::max(0, options.plain_run);
+  const int room = std::max(k_max + 1, plain_run);  // cache beyond the context
+  const int context =
+      std::max(1, std::min(options.context, target.config().max_position_embeddings - room - 1));
+  const int short_context = options.short_context;
   const bool two = short_context >= 1 && short_context < context;
-  KVCache target_cache = target.NewCache(context + k_max + 1);
-  target.Forward({{&target_cache, std::vector<int64_t>(context, 3), false}});
+  KVCache target_cache = target.NewCache(context + room);
+  target.Forward({{&target_cache, std::vector<int64_t>(context, 3), false, {}}});
   KVCache short_cache;
   if (two) {
-    short_cache = target.NewCache(short_context + k_max + 1);
+    short_cache = target.NewCache(short_context + room);
     target.Forward({{&short_cache, std::vector<int64_t>(short_context, 3), false, {}}});
   }
   KVCache draft_cache;
   if (draft) {  // its prompt-sized catch-up, timed
     draft_cache = draft->NewCache(context + 1);
     const auto t0 = Clock::now();
-    draft->Forward({{&draft_cache, std::vector<int64_t>(context, 3), false}});
+    draft->Forward({{&draft_cache, std::vector<int64_t>(context, 3), false, {}}});
     policy->ObserveCatchUp(context, std::chrono::duration<double>(Clock::now() - t0).count());
   }
   auto seconds = [](const LlamaModel& m, KVCache* cache, int n, int64_t past) {
     const auto t0 = Clock::now();
-    m.Forward({{cache, std::vector<int64_t>(n, 3), true}});
+    m.Forward({{cache, std::vector<int64_t>(n, 3), true, {}}});
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     cache->Truncate(past);
     return s;
+  };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
   };
   // Rounds over every block size, so that load on a shared machine spreads over all sizes
   // alike and the ratios between them (what the choice of k depends on) stay right. Each
@@ -306,17 +313,35 @@ void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draf
     }
     if (draft && k_max == 0) d.push_back(seconds(*draft, &draft_cache, 1, context));
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
+  std::vector<double> t_at(k_max + 2), t_short_at(k_max + 2);
+  for (int n = 1; n <= k_max + 1; ++n) {
+    t_at[n] = median(t[n]);
+    if (two) t_short_at[n] = median(t_short[n]);
+  }
+  // Plain decoding, as it runs: one-position forwards back to back on a growing cache. Timed
+  // in the rounds, after forwards of other sizes and other caches, they cost 8-10% more
+  // (spec_bench's target-6m), which is enough to make k = 1 look faster than plain decoding.
+  auto plain = [&](KVCache* cache, int64_t past) {
+    std::vector<double> v;
+    for (int i = 0; i < plain_run; ++i) {
+      const auto t0 = Clock::now();
+      target.Forward({{cache, std::vector<int64_t>(1, 3), false, {}}});
+      v.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    cache->Truncate(past);
+    return median(v);
   };
+  if (plain_run > 0) {
+    t_at[1] = plain(&target_cache, context);
+    if (two) t_short_at[1] = plain(&short_cache, short_context);
+  }
   // Each scored row is also turned into a processed distribution (verification); each drafted
   // token too (sampling it).
-  const double row = VerificationSecondsPerRow(target.config().vocab_size, sampling);
+  const double row = VerificationSecondsPerRow(target.config().vocab_size, options.sampling);
   for (int n = 1; n <= k_max + 1; ++n) {
     const double slope =
-        two ? std::max(0.0, (median(t[n]) - median(t_short[n])) / (context - short_context)) : 0.0;
-    policy->SeedTarget(n, median(t[n]) + n * row, context, slope);
+        two ? std::max(0.0, (t_at[n] - t_short_at[n]) / (context - short_context)) : 0.0;
+    policy->SeedTarget(n, t_at[n] + n * row, context, slope);
   }
   policy->SeedDraft(draft ? median(d) + row : 0.0);
 }

@@ -121,18 +121,29 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
                                    const std::vector<int>& prompt,
                                    const SpeculativeOptions& options, SpeculativeStats* stats);
 
-// Times target forwards of 1 .. k_max + 1 positions after `context` cached positions and,
-// when 1 <= short_context < context, after `short_context` too; one draft token (`draft` may
-// be null for free proposers) after `context`; interleaved over 7 rounds (medians). Also the
-// draft's catch-up on those `context` positions. Adds the cost of turning each row into a
-// processed distribution under `sampling` (none for greedy) and seeds `policy` with them:
-// each size's cost at `context` and, from the two contexts, its growth per cached token
-// (attention), so that the policy prices forwards at the context it decodes at. With one
-// context the cost is flat in the context: calibrate near the context lengths served.
+struct CalibrationOptions {
+  // Cached tokens the forwards are timed after. Verification cost grows with the context
+  // (attention). Default: 256.
+  int context = 256;
+  // A second, shorter context (1 <= short_context < context) fixes each size's growth per
+  // cached token, so that the policy prices forwards at the context it decodes at; 0: the
+  // costs are flat in the context (calibrate near the contexts served). Default: 16.
+  int short_context = 16;
+  // Plain decoding's forwards timed back to back (each context); 0: one-position forwards
+  // are timed in the rounds with the other sizes. Default: 16.
+  int plain_run = 16;
+  // Each row's processing into a distribution is added (none for greedy). Default: greedy.
+  SamplingParams sampling;
+};
+
+// Times target forwards of 1 .. k_max + 1 positions and one draft token (`draft` may be null
+// for free proposers) after `options.context` cached positions, interleaved over 7 rounds
+// (medians), the draft's catch-up on those positions, and plain decoding's one-position
+// forwards back to back; adds the cost of turning each row into a processed distribution,
+// and seeds `policy` with them (see CalibrationOptions).
 void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draft, int k_max,
-                                SpeculationPolicy* policy, int context = 256,
-                                const SamplingParams& sampling = SamplingParams(),
-                                int short_context = 16);
+                                SpeculationPolicy* policy,
+                                const CalibrationOptions& options = CalibrationOptions());
 
 // Seconds to turn one row of logits into a processed distribution under `sampling` (0 for
 // greedy), measured on this machine.

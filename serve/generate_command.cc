@@ -98,9 +98,11 @@ int RunGenerate(const GenerateArgs& a) {
     spec_opt.generate = opt;
     if (a.k == "auto") {
       spec_opt.policy = &policy;
+      CalibrationOptions co;
+      co.context = std::min<int>(256, prompt.size() + opt.max_tokens / 2);
+      co.sampling = opt.sampling;
       CalibrateSpeculationPolicy(*model, draft.get(), SpeculationPolicyOptions().k_max, &policy,
-                                 std::min<int>(256, prompt.size() + opt.max_tokens / 2),
-                                 opt.sampling);
+                                 co);
     } else {
       try {
         spec_opt.k = std::stoi(a.k);
