@@ -11,13 +11,13 @@
 // policy has long learnt alpha and costs.
 // Also "k0_path_vs_plain": the speculative decoder held at k = 0 against plain decoding, the
 // per-step cost of the speculative path itself (auto's floor when it never speculates).
-// A/B of the policy (new vs old in one run): `--b-plain-probe-interval N`, `--b-probe-budget X`,
+// A/B of the policy (new vs old in one run): `--b-plain-probe-interval N`,
 // `--b-calibration-context N`, `--b-short-context N` (0: calibrate at one context, costs
 // flat in the context) or `--b-plain-run N` (0: plain forwards timed in the rounds) adds a
 // second auto arm, "auto_b", whose policy differs in that only ("auto_b_vs_plain",
 // "auto_vs_auto_b"); `--no-fixed` leaves out k = 1..8 (shorter).
 // Usage: spec_bench [--shared DIR] [--prompts N] [--tokens N] [--reps N] [--temperature T]
-//                   [--drafts a,b] [--domains a,b] [--b-plain-probe-interval N] [--b-probe-budget X]
+//                   [--drafts a,b] [--domains a,b] [--b-plain-probe-interval N]
 //                   [--b-calibration-context N] [--b-short-context N] [--b-plain-run N]
 //                   [--no-fixed]
 #include <algorithm>
@@ -66,7 +66,6 @@ int main(int argc, char** argv) {
   // calibration (A: CalibrationOptions' defaults).
   int b_plain_probe_interval = 0, b_calibration_context = 0, b_short_context = -1,
       b_plain_run = -1;
-  double b_probe_budget = 0;
   bool fixed = true;
   std::vector<std::string> drafts = {"draft-mix-1m", "draft-prose-1m"};
   std::vector<std::string> domains = {"prose", "python", "c", "legal", "docs"};
@@ -89,7 +88,6 @@ int main(int argc, char** argv) {
     if (!std::strcmp(flag, "--b-calibration-context")) b_calibration_context = std::atoi(value);
     if (!std::strcmp(flag, "--b-short-context")) b_short_context = std::atoi(value);
     if (!std::strcmp(flag, "--b-plain-run")) b_plain_run = std::atoi(value);
-    if (!std::strcmp(flag, "--b-probe-budget")) b_probe_budget = std::atof(value);
   }
   SetComputeThreads(1);
   c10::InferenceMode guard;
@@ -142,11 +140,10 @@ int main(int argc, char** argv) {
       if (fixed) ks.insert(ks.end(), {1, 2, 3, 4, 5, 6, 7, 8});
       ks.insert(ks.end(), {kAuto, kPathAtZero});
       const bool ab = b_plain_probe_interval > 0 || b_calibration_context > 0 ||
-                      b_short_context >= 0 || b_plain_run >= 0 || b_probe_budget > 0;
+                      b_short_context >= 0 || b_plain_run >= 0;
       if (ab) ks.push_back(kAutoB);
       SpeculationPolicyOptions b_options;
       if (b_plain_probe_interval > 0) b_options.plain_probe_interval = b_plain_probe_interval;
-      if (b_probe_budget > 0) b_options.probe_budget = b_probe_budget;
       CalibrationOptions a_calibration = calibration, b_calibration = calibration;
       a_calibration.sampling = b_calibration.sampling = gen.sampling;
       if (b_calibration_context > 0) b_calibration.context = b_calibration_context;
@@ -215,7 +212,6 @@ int main(int argc, char** argv) {
           p = base;
           p["k"] = "auto_b";
           p["plain_probe_interval"] = b_options.plain_probe_interval;
-          p["probe_budget"] = b_options.probe_budget;
           p["calibration_context"] = b_calibration.context;
           p["short_context"] = b_calibration.short_context;
           p["plain_run"] = b_calibration.plain_run;

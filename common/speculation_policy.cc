@@ -118,9 +118,10 @@ double SpeculationPolicy::target_seconds(int positions, int64_t context) const {
   return load_ * TargetCost(positions, context);
 }
 
+namespace {
 // f(n) for a block size n from the known sizes: its own, else linear between the nearest known
 // sizes around it, else the nearest one; `none` when no size is known.
-static double InterpolateKnown(const std::vector<bool>& known, int n, double none,
+double InterpolateKnown(const std::vector<bool>& known, int n, double none,
                                const std::function<double(int)>& f) {
   const int n_max = static_cast<int>(known.size()) - 1;
   n = std::clamp(n, 1, n_max);
@@ -134,6 +135,7 @@ static double InterpolateKnown(const std::vector<bool>& known, int n, double non
   const double t = double(n - lo) / (hi - lo);
   return f(lo) * (1 - t) + f(hi) * t;
 }
+}  // namespace
 
 double SpeculationPolicy::TargetCost(int positions, int64_t context) const {
   const double L = static_cast<double>(std::max<int64_t>(0, context));
@@ -205,14 +207,7 @@ int SpeculationPolicy::ChooseBest(const std::function<double(int)>& model, int p
     return 0;  // a plain step now and then keeps k = 0's rate current
   }
   spec_streak_ = 0;
-  // A probe first pays the draft's catch-up on what was decoded plainly (a whole prompt at a
-  // request's start): wait until the plain steps since the last probe make it at most
-  // probe_budget of their time.
-  const double catch_up_steps =
-      plain_rate > 0 ? CatchUpSeconds(catch_up_tokens) * plain_rate * probe_scale : 0.0;
-  const double wait = std::max(static_cast<double>(int64_t{probe_wait_} * probe_scale),
-                               catch_up_steps / std::max(1e-6, options_.probe_budget));
-  if (++zero_streak_ < wait) return 0;
+  if (++zero_streak_ < int64_t{probe_wait_} * probe_scale) return 0;
   zero_streak_ = 0;
   probe_wait_ = std::min(2 * probe_wait_, std::max(1, options_.max_probe_interval));
   return best_spec;

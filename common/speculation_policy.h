@@ -56,12 +56,6 @@ struct SpeculationPolicyOptions {
   int probe_interval = 16;
   // Longest wait between those probes. Default: 256.
   int max_probe_interval = 256;
-  // A probe's catch-up (the draft reading what was decoded plainly: in spec_bench, 3-9 ms,
-  // 3-7 plain steps, per probe) may take at most this fraction of the plain decoding time
-  // since the last probe; probes wait longer where it would take more. (spec_bench A/B
-  // against no budget: 1.007x, median of 10 draft / domain cells, within the noise.)
-  // Default: 0.01.
-  double probe_budget = 0.01;
   // While some k > 0 wins, every plain_probe_interval-th choice is a plain step, so that
   // plain decoding's realized cost stays measured beside the chosen length's. Its modelled
   // cost alone can be far off (calibrated at another context length and machine state;

@@ -5,6 +5,7 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include "common/speculative_decoder.h"
 #include "serve/sequence.h"
 
 namespace specloop {
@@ -89,6 +90,8 @@ int Scheduler::waiting() const {
 // Times one batched forward of `batch` sequences (`context` cached tokens each: attention cost
 // grows with context) with `n` new tokens each, and one draft token, plus the verifier's work
 // per row (sampling at temperature 1), to seed the cost model before traffic refines it.
+// Plain decoding (n = 1) is timed as it runs, forwards back to back on growing caches
+// (CalibrationOptions::plain_run in common/speculative_decoder.h).
 void Scheduler::Calibrate() {
   c10::InferenceMode guard;
   auto median = [](std::vector<double> t) {
@@ -96,25 +99,28 @@ void Scheduler::Calibrate() {
     return t[t.size() / 2];
   };
   const int k_max = options_.policy.k_max;
-  const int context = std::max(1, std::min(256, target_->config().max_position_embeddings - k_max - 2));
+  const int plain_run = CalibrationOptions().plain_run;
+  const int room = std::max(k_max + 1, plain_run);
+  const int context = std::max(1, std::min(256, target_->config().max_position_embeddings - room - 1));
   const double row = VerificationSecondsPerRow(target_->config().vocab_size, SamplingParams());
   for (int b = 1;; b = std::min(b * 2, options_.max_batch)) {
     std::vector<KVCache> caches;
-    for (int i = 0; i < b; ++i) caches.push_back(target_->NewCache(context + k_max + 1));
+    for (int i = 0; i < b; ++i) caches.push_back(target_->NewCache(context + room));
     std::vector<ForwardInput> prefix;
     for (auto& c : caches) prefix.push_back(Input(&c, context, false));
     target_->Forward(prefix);
     for (int n : {1, 2, 3, 5, k_max + 1}) {
       if (n > k_max + 1) continue;
       std::vector<double> t;
-      for (int rep = 0; rep < 3; ++rep) {
+      for (int rep = 0; rep < (n == 1 ? plain_run : 3); ++rep) {
         std::vector<ForwardInput> in;
-        for (auto& c : caches) in.push_back(Input(&c, n, true));
+        for (auto& c : caches) in.push_back(Input(&c, n, n > 1));
         const auto t0 = Clock::now();
         target_->Forward(in);
         t.push_back(SecondsSince(t0));
-        for (auto& c : caches) c.Truncate(context);
+        if (n > 1) for (auto& c : caches) c.Truncate(context);
       }
+      for (auto& c : caches) c.Truncate(context);
       cost_.Seed(b * n, median(t) + b * n * row);
     }
     if (b >= options_.max_batch) break;
