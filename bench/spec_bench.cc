@@ -123,6 +123,17 @@ int main(int argc, char** argv) {
     }
   }
 
+  // The auto arms: A with the defaults, B differing as the flags say.
+  const bool ab = b_plain_probe_interval > 0 || b_calibration_context > 0 ||
+                  b_short_context >= 0 || b_plain_run >= 0;
+  SpeculationPolicyOptions b_options;
+  if (b_plain_probe_interval > 0) b_options.plain_probe_interval = b_plain_probe_interval;
+  CalibrationOptions a_calibration = calibration, b_calibration = calibration;
+  a_calibration.sampling = b_calibration.sampling = gen.sampling;
+  if (b_calibration_context > 0) b_calibration.context = b_calibration_context;
+  if (b_short_context >= 0) b_calibration.short_context = b_short_context;
+  if (b_plain_run >= 0) b_calibration.plain_run = b_plain_run;
+
   for (const std::string& draft_name : drafts) {
     auto draft = LoadOrDie(shared + "/models/" + draft_name);
     SpeculationPolicy draft_cost;
@@ -139,16 +150,7 @@ int main(int argc, char** argv) {
       std::vector<int> ks = {0};
       if (fixed) ks.insert(ks.end(), {1, 2, 3, 4, 5, 6, 7, 8});
       ks.insert(ks.end(), {kAuto, kPathAtZero});
-      const bool ab = b_plain_probe_interval > 0 || b_calibration_context > 0 ||
-                      b_short_context >= 0 || b_plain_run >= 0;
       if (ab) ks.push_back(kAutoB);
-      SpeculationPolicyOptions b_options;
-      if (b_plain_probe_interval > 0) b_options.plain_probe_interval = b_plain_probe_interval;
-      CalibrationOptions a_calibration = calibration, b_calibration = calibration;
-      a_calibration.sampling = b_calibration.sampling = gen.sampling;
-      if (b_calibration_context > 0) b_calibration.context = b_calibration_context;
-      if (b_short_context >= 0) b_calibration.short_context = b_short_context;
-      if (b_plain_run >= 0) b_calibration.plain_run = b_plain_run;
       SpeculationPolicy policy, policy_b(b_options);
       auto calibrate_and_warm_up = [&](SpeculationPolicy* pol, const CalibrationOptions& co) {
         CalibrateSpeculationPolicy(*target, draft.get(), k_max, pol, co);

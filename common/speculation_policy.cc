@@ -122,7 +122,7 @@ namespace {
 // f(n) for a block size n from the known sizes: its own, else linear between the nearest known
 // sizes around it, else the nearest one; `none` when no size is known.
 double InterpolateKnown(const std::vector<bool>& known, int n, double none,
-                               const std::function<double(int)>& f) {
+                        const std::function<double(int)>& f) {
   const int n_max = static_cast<int>(known.size()) - 1;
   n = std::clamp(n, 1, n_max);
   if (known[n]) return f(n);

@@ -7,10 +7,12 @@
 // from measured quantities: alpha (per-token acceptance over a recent window), the draft's
 // seconds per drafted token, and the target's seconds per forward of n positions after L
 // cached tokens, kept per n as a + s * L (seeded by a calibration run at two context lengths,
-// which fixes the slope s; every observed forward refines a; unmeasured n interpolated). The
-// slope matters because a length that goes unobserved keeps the cost of the context it was
-// last measured at: plain decoding's, calibrated at 256 tokens, was 2.0 ms beside a real
-// 1.42-1.58 ms on spec_bench's docs prompts, and made k = 1 look faster than plain there.
+// which fixes the slope s; every observed forward refines a; unmeasured n interpolated). A
+// length that goes unobserved would otherwise keep the cost of the context it was measured
+// at (target-6m, one position: 1.05 ms after 16 cached tokens, 1.27 ms after 256; nine:
+// 3.65 / 4.46 ms). In one spec_bench A/B the slope was 1.011x of flat costs (median of 10
+// cells, within the noise); most of a stale plain cost (2.0 ms modelled, 1.42-1.58 ms real
+// on docs) came from how plain forwards were timed (CalibrationOptions::plain_run).
 // k = 0 (plain decoding) is chosen where nothing beats it; while at 0, a probe now and then
 // choice still speculates so that acceptance keeps being measured (it may recover, e.g. after
 // a new draft). A sequence whose draft has fallen behind (its prompt, tokens decoded plainly,
