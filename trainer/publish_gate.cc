@@ -31,15 +31,40 @@ double PairedStandardError(const AlphaEstimate& live, const AlphaEstimate& candi
   return std::sqrt(var / n);
 }
 
+// The traffic-weighted mean of the domains' logged alphas, over the domains with positions;
+// false when traffic weighs none of them.
+bool TrafficWeighted(const AlphaEstimate& e, const std::map<std::string, double>& traffic,
+                     double* alpha) {
+  double sum = 0, weight = 0;
+  for (const auto& [domain, a] : e.domains) {
+    auto w = traffic.find(domain);
+    if (w == traffic.end() || !(w->second > 0) || a.positions == 0) continue;
+    sum += w->second * a.logged;
+    weight += w->second;
+  }
+  if (!(weight > 0)) return false;
+  *alpha = sum / weight;
+  return true;
+}
+
 }  // namespace
 
 GateDecision DecideGate(const GateOptions& o, const AlphaEstimate& live,
-                        const AlphaEstimate& candidate) {
+                        const AlphaEstimate& candidate,
+                        const std::map<std::string, double>& traffic) {
   GateDecision d;
   char buf[256];
-  const double gain = candidate.overall.logged - live.overall.logged;
-  std::snprintf(buf, sizeof(buf), "overall alpha %.4f -> %.4f (%+.4f, need %+.4f) on %lld positions",
-                live.overall.logged, candidate.overall.logged, gain, o.min_gain,
+  double before = 0, after = 0;
+  const bool weighted =
+      TrafficWeighted(live, traffic, &before) && TrafficWeighted(candidate, traffic, &after);
+  if (!weighted) {
+    before = live.overall.logged;
+    after = candidate.overall.logged;
+  }
+  const double gain = after - before;
+  std::snprintf(buf, sizeof(buf),
+                "overall alpha %.4f -> %.4f (%+.4f, need %+.4f; %s) on %lld positions", before,
+                after, gain, o.min_gain, weighted ? "traffic-weighted" : "per position",
                 static_cast<long long>(candidate.overall.positions));
   d.detail = buf;
   if (candidate.overall.positions < o.min_positions) {

@@ -1,10 +1,12 @@
 // The publish gate: a candidate draft replaces the live one only if its estimated alpha on the
 // same held-out positions is higher overall by a margin, and no domain with enough positions
 // to judge falls by more than a tolerance and by more than its noise (DESIGN.md section 6).
-// Pure; no model.
+// "Overall" weighs each domain by its share of recent traffic when that is known, as serving
+// speed does. Pure; no model.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "trainer/alpha_estimate.h"
@@ -42,8 +44,15 @@ struct GateDecision {
 };
 
 // REQUIRES: `live` and `candidate` were estimated on the same positions.
+// `traffic`: each domain's recent traffic (any positive scale). When it covers a domain of the
+// estimates, the overall alpha is the traffic-weighted mean of the domains' alphas (domains
+// without traffic weigh nothing); else the mean over all positions. The held-out set keeps
+// at most a fixed number of records per domain, gathered since the trainer opened, so its
+// positions under-represent a domain traffic has just moved to: weighted by position, a
+// candidate that learnt the new domain was refused as "no_gain" (faster_over_time).
 GateDecision DecideGate(const GateOptions& options, const AlphaEstimate& live,
-                        const AlphaEstimate& candidate);
+                        const AlphaEstimate& candidate,
+                        const std::map<std::string, double>& traffic = {});
 
 }  // namespace trainer
 }  // namespace specloop

@@ -235,7 +235,7 @@ Status Trainer::Evaluate(EvalResult* r) {
       }));
   r->live = live.Estimate();
   r->candidate = candidate.Estimate();
-  r->decision = DecideGate(options_.gate, r->live, r->candidate);
+  r->decision = DecideGate(options_.gate, r->live, r->candidate, recent_traffic_);
   metrics_.evaluations->Increment();
   auto set = [&](const AlphaEstimate& e, const char* model) {
     for (const auto& [d, a] : e.domains) {

@@ -90,6 +90,28 @@ TEST(PublishGate, AFallWithinItsNoiseIsNotARegression) {
   EXPECT_EQ(d.reason, "domain_regression") << d.detail;
 }
 
+TEST(PublishGate, TrafficWeighsTheOverallGain) {
+  // Traffic has moved to "new", which the held-out set covers with few positions: the
+  // candidate gains 0.1 there and loses 0.01 (within tolerance) on "old".
+  AlphaEstimate live, cand;
+  live.domains["old"] = {0.5, 0.52, 1000};
+  live.domains["new"] = {0.1, 0.12, 60};
+  cand.domains["old"] = {0.49, 0.51, 1000};
+  cand.domains["new"] = {0.2, 0.22, 60};
+  live.overall = {(0.5 * 1000 + 0.1 * 60) / 1060, 0, 1060};
+  cand.overall = {(0.49 * 1000 + 0.2 * 60) / 1060, 0, 1060};
+  // Per position the gain is -0.004: no gain.
+  EXPECT_EQ(DecideGate({}, live, cand).reason, "no_gain");
+  // With three quarters of recent traffic on "new" it is +0.0725.
+  GateDecision d = DecideGate({}, live, cand, {{"old", 1.0}, {"new", 3.0}});
+  EXPECT_TRUE(d.publish) << d.detail;
+  EXPECT_NE(d.detail.find("traffic-weighted"), std::string::npos) << d.detail;
+  // Traffic only on "old": the candidate's loss there is all that counts.
+  EXPECT_EQ(DecideGate({}, live, cand, {{"old", 5.0}, {"new", 0.0}}).reason, "no_gain");
+  // Traffic on domains the estimates lack: per position again.
+  EXPECT_EQ(DecideGate({}, live, cand, {{"legal", 1.0}}).reason, "no_gain");
+}
+
 TEST(PublishGate, NoDataNoDecision) {
   GateDecision d = DecideGate({}, Make({{"c", 0.5}}, 20), Make({{"c", 0.9}}, 20));
   EXPECT_FALSE(d.publish);
