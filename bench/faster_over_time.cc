@@ -457,9 +457,10 @@ bool Summarize(std::ostream& file, const Arm& stat, const Arm& online,
     // The same on the evaluation requests' prompts, which the trainer never trains on: how
     // much of the gain carries over to prompts the draft has not learnt (measured prompts
     // recur within a phase: a domain has 81-400 prompts).
-    const Tally sh = Sum(stat, trace, tail, to, d, true), nh = Sum(online, trace, tail, to, d, true);
-    EmitSummary(file, "phase_end_alpha_heldout_static", params, sh.alpha(), "ratio");
-    EmitSummary(file, "phase_end_alpha_heldout_online", params, nh.alpha(), "ratio");
+    EmitSummary(file, "phase_end_alpha_heldout_static", params,
+                Sum(stat, trace, tail, to, d, /*held_out=*/true).alpha(), "ratio");
+    EmitSummary(file, "phase_end_alpha_heldout_online", params,
+                Sum(online, trace, tail, to, d, /*held_out=*/true).alpha(), "ratio");
     if (final_prose) continue;
     EmitSummary(file, "tokens_per_step_ratio", params, n.tokens_per_step() / s.tokens_per_step(),
                 "x");
