@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -91,22 +92,36 @@ struct DraftFetcher::Impl {
     }
   }
 
-  // Sends `request` and waits for its reply (replies to earlier requests are dropped).
+  // Sends `request` and waits for its reply (replies to earlier requests are dropped). Sends
+  // never block: a DEALER whose only connection ended in a failed handshake has no peer, and
+  // a blocking send would then wait forever instead of reopening (a fetch hung so, > 60 s).
   Status Request(const std::string& request, nlohmann::json* header, std::string* body) {
     using Clock = std::chrono::steady_clock;
     try {
-      dealer.send(zmq::buffer(request), zmq::send_flags::none);
+      const auto send = [&] {
+        return dealer.send(zmq::buffer(request), zmq::send_flags::dontwait).has_value();
+      };
+      bool sent = send();
       const auto deadline = Clock::now() + std::chrono::milliseconds(options.request_timeout_ms);
       while (true) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
             deadline - Clock::now());
-        if (left.count() <= 0) return Status::IOError("draft fetcher: no reply to " + request);
+        if (left.count() <= 0) {
+          return Status::IOError(std::string("draft fetcher: ") +
+                                 (sent ? "no reply to " : "could not send ") + request);
+        }
+        if (!sent) {  // no peer yet: reopen if a handshake failed, then try again shortly
+          ReopenAfterFailedHandshake();
+          sent = send();
+          if (!sent) std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(10)));
+          continue;
+        }
         zmq::pollitem_t item = {dealer.handle(), 0, ZMQ_POLLIN, 0};
         zmq::poll(&item, 1, std::min(left, std::chrono::milliseconds(kReopenIntervalMs)));
         if (!(item.revents & ZMQ_POLLIN)) {
           const uint64_t before = opens;
           ReopenAfterFailedHandshake();
-          if (opens != before) dealer.send(zmq::buffer(request), zmq::send_flags::none);
+          if (opens != before) sent = send();
           continue;
         }
         zmq::multipart_t reply;
