@@ -144,19 +144,19 @@ std::vector<TraceRequest> BuildTrace(const Options& o, const std::vector<Phase>&
   std::mt19937_64 rng(20261121);
   std::map<std::string, std::vector<std::string>> replay, eval;
   std::map<std::string, size_t> next_replay, next_eval;
-  std::map<std::string, int> too_long;
   for (const Phase& p : phases) {
     for (const std::string& d : p.domains) {
       if (replay.count(d)) continue;
       std::ifstream in(o.shared + "/prompts/" + d + ".jsonl");
       std::string line;
+      int too_long = 0;
       while (std::getline(in, line)) {
         const std::string prompt = json::parse(line)["prompt"].get<std::string>();
         std::vector<int> ids = tokenizer->Encode(prompt);  // as serve/completion_params.cc
         if (config.add_bos_token) ids.insert(ids.begin(), config.bos_token_id);
         // A prompt that leaves no room for max_tokens would be refused (400) or cut short.
         if (static_cast<int64_t>(ids.size()) + o.max_tokens > config.max_position_embeddings) {
-          ++too_long[d];
+          ++too_long;
           continue;
         }
         const bool held = trainer::IsHeldOutPrompt(ids.data(), ids.size(), kHeldOutFraction);
@@ -166,8 +166,8 @@ std::vector<TraceRequest> BuildTrace(const Options& o, const std::vector<Phase>&
         std::cerr << "faster_over_time: domain " << d << " has no replay or no held-out prompt\n";
         std::exit(1);
       }
-      if (too_long[d] > 0) {
-        std::cerr << "faster_over_time: " << too_long[d] << " " << d
+      if (too_long > 0) {
+        std::cerr << "faster_over_time: " << too_long << " " << d
                   << " prompt(s) left out: no room for " << o.max_tokens << " tokens\n";
       }
       std::shuffle(replay[d].begin(), replay[d].end(), rng);
