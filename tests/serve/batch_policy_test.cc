@@ -61,6 +61,7 @@ TEST(SpeculationPolicyInBatch, ProbesLessOftenInBigBatches) {
   const BatchCostModel cost = CpuLike(1.0, 0.05);
   SpeculationPolicyOptions o;
   o.probe_interval = 16;
+  o.max_probe_interval = 256;
   // Waits of 16, 32, 64, ... choices (doubling up to 256), scaled by the batch size.
   auto probes_at = [&](int batch) {
     SpeculationPolicy p(o);

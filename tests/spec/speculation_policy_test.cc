@@ -53,12 +53,12 @@ TEST(SpeculationPolicy, TurnsSpeculationOffWhereItDoesNotPay) {
   Observe(&p, 0.3, 200);
   EXPECT_EQ(p.ChooseK(), 0);
   // But it keeps probing, so acceptance stays measured: after 16 choices of 0, then 32, 64,
-  // ... up to every 256 (the first ChooseK above was choice 1 of the first wait).
+  // ... up to every 1024 (the first ChooseK above was choice 1 of the first wait).
   std::vector<int> probe_at;
-  for (int i = 2; i <= 1300; ++i) {
+  for (int i = 2; i <= 3100; ++i) {
     if (p.ChooseK() > 0) probe_at.push_back(i);
   }
-  EXPECT_EQ(probe_at, (std::vector<int>{16, 48, 112, 240, 496, 752, 1008, 1264}));
+  EXPECT_EQ(probe_at, (std::vector<int>{16, 48, 112, 240, 496, 1008, 2032, 3056}));
 }
 
 TEST(SpeculationPolicy, SpeculatesOnlyWhereTheRestRepaysTheDraftCatchUp) {
