@@ -157,13 +157,15 @@ struct FetcherOptions {
   int request_timeout_ms = 5000;
   // Largest bundle Fetch() accepts (guards against a bogus announcement). Default: 4 GiB.
   uint64_t max_bundle_bytes = 4ull << 30;
+  // Least time between two reopens after failed handshakes. Default: 1000.
+  int reopen_interval_ms = 1000;
 };
 
 // The worker's side: a SUB socket for announcements and a DEALER for requests. Both reconnect
 // by themselves when the trainer restarts; after a failed handshake (a peer without the
 // trainer's CURVE key, or without CURVE), which libzmq never retries, the fetcher reopens them
-// (at most once a second, from WaitAnnouncement and from requests waiting for a reply). Not
-// thread-safe: use one fetcher from one thread (e.g. the worker's swap thread).
+// (at most every reopen_interval_ms, from WaitAnnouncement and from requests waiting for a
+// reply). Not thread-safe: use one fetcher from one thread (e.g. the worker's swap thread).
 class DraftFetcher {
  public:
   static Status Open(zmq::context_t* context, const FetcherOptions& options,
@@ -183,6 +185,8 @@ class DraftFetcher {
   // Corruption for a short, long, malformed or altered transfer (nothing is left in
   // staging_root then); IOError on timeouts or file errors.
   Status Fetch(const DraftAnnouncement& a, const std::string& staging_root, std::string* dir);
+  // How many times the sockets were reopened after failed handshakes.
+  uint64_t reopens() const;
 
  private:
   struct Impl;

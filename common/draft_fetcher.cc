@@ -21,8 +21,8 @@ namespace fs = std::filesystem;
 // libzmq ends a connection whose handshake failed (a peer without the trainer's CURVE key, or
 // without CURVE) for good: the socket never reconnects, not even when the real trainer comes
 // back on the endpoint. So the fetcher watches both sockets' handshake failures through
-// socket monitors and, at most once per kReopenIntervalMs, closes and reopens them.
-constexpr int kReopenIntervalMs = 1000;
+// socket monitors and, at most once per FetcherOptions::reopen_interval_ms, closes and
+// reopens them.
 constexpr int kHandshakeFailed = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                                  ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
@@ -35,13 +35,26 @@ struct DraftFetcher::Impl {
   zmq::socket_t sub_monitor, dealer_monitor;  // PAIRs receiving handshake-failure events
   bool reopen_due = false;
   std::chrono::steady_clock::time_point last_open;
-  uint64_t opens = 0;
+  uint64_t opens = 0;  // the first Open() included
 
-  // (Re)creates both sockets and their monitors and connects them.
-  void Open() {
+  ~Impl() { Close(); }
+
+  // Stops the monitors, then closes the sockets. The order matters: libzmq sends monitor
+  // events from its I/O thread with blocking sends, so an event for a monitor whose PAIR is
+  // already closed blocks that thread for good, and with it every socket of the context
+  // (libzmq issue 3575: the worker then never reconnected to the trainer, > 90 s).
+  void Close() {
+    for (zmq::socket_t* s : {&sub, &dealer}) {
+      if (s->handle() != nullptr) zmq_socket_monitor(s->handle(), nullptr, 0);
+    }
     for (zmq::socket_t* s : {&sub_monitor, &dealer_monitor, &sub, &dealer}) {
       if (s->handle() != nullptr) s->close();
     }
+  }
+
+  // (Re)creates both sockets and their monitors and connects them.
+  void Open() {
+    Close();
     sub = zmq::socket_t(*context, zmq::socket_type::sub);
     dealer = zmq::socket_t(*context, zmq::socket_type::dealer);
     for (zmq::socket_t* s : {&sub, &dealer}) {
@@ -87,7 +100,7 @@ struct DraftFetcher::Impl {
       }
     }
     if (reopen_due && std::chrono::steady_clock::now() - last_open >=
-                          std::chrono::milliseconds(kReopenIntervalMs)) {
+                          std::chrono::milliseconds(options.reopen_interval_ms)) {
       Open();
     }
   }
@@ -117,7 +130,8 @@ struct DraftFetcher::Impl {
           continue;
         }
         zmq::pollitem_t item = {dealer.handle(), 0, ZMQ_POLLIN, 0};
-        zmq::poll(&item, 1, std::min(left, std::chrono::milliseconds(kReopenIntervalMs)));
+        zmq::poll(&item, 1, std::min(left, std::chrono::milliseconds(
+                                                  std::max(1, options.reopen_interval_ms))));
         if (!(item.revents & ZMQ_POLLIN)) {
           const uint64_t before = opens;
           ReopenAfterFailedHandshake();
@@ -172,6 +186,8 @@ Status DraftFetcher::Open(zmq::context_t* context, const FetcherOptions& options
   *out = std::move(f);
   return Status::OK();
 }
+
+uint64_t DraftFetcher::reopens() const { return impl_->opens - 1; }
 
 Status DraftFetcher::WaitAnnouncement(int timeout_ms, DraftAnnouncement* out) {
   try {

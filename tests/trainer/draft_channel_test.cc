@@ -302,5 +302,64 @@ TEST(DraftChannel, CurveKeysAuthenticateTheTrainer) {
   EXPECT_TRUE(impostor->Latest(&a).IsIOError());
 }
 
+// Reopening after failed handshakes, hundreds of times, never stalls the worker's context. Its
+// sockets' monitors must be stopped before their PAIRs close: libzmq sends monitor events from
+// the context's I/O thread with blocking sends, and one sent to a closed PAIR blocks that
+// thread for good. Before that order was kept, a worker facing an impostor sometimes never
+// reached the real trainer after it came up on the same endpoints.
+TEST(DraftChannel, ReopensAfterFailedHandshakesWithoutStallingItsContext) {
+  if (!zmq_has("curve")) GTEST_SKIP() << "libzmq without CURVE";
+  TempDir tmp;
+  MakeCheckpoint(tmp.Sub("ckpt"), 1, 5000);
+  std::string trainer_public, trainer_secret, other_public, other_secret;
+  ASSERT_TRUE(GenerateCurveKeyPair(&trainer_public, &trainer_secret).ok());
+  ASSERT_TRUE(GenerateCurveKeyPair(&other_public, &other_secret).ok());
+  zmq::context_t trainer_ctx, worker_ctx;  // two processes in production
+  PublisherOptions po = LoopbackPublisher();
+  po.curve_secret_key = other_secret;
+  std::unique_ptr<DraftPublisher> impostor;
+  ASSERT_TRUE(DraftPublisher::Start(&trainer_ctx, po, tmp.Sub("ckpt"), &impostor).ok());
+  ASSERT_TRUE(impostor->Publish(1).ok());
+
+  FetcherOptions fo = FetcherFor(*impostor);
+  fo.curve_server_key = trainer_public;
+  fo.reopen_interval_ms = 0;
+  fo.request_timeout_ms = 1000;
+  std::unique_ptr<DraftFetcher> fetcher;
+  ASSERT_TRUE(DraftFetcher::Open(&worker_ctx, fo, &fetcher).ok());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  DraftAnnouncement a;
+  while (std::chrono::steady_clock::now() < until) {
+    EXPECT_TRUE(fetcher->WaitAnnouncement(1, &a).IsNotFound());
+  }
+  EXPECT_GE(fetcher->reopens(), 100u);
+  EXPECT_EQ(impostor->subscriptions(), 0u);
+  impostor->Stop();
+  impostor.reset();
+
+  // The real trainer on the same endpoints (the impostor's listeners close asynchronously).
+  po.pub_endpoint = fo.pub_endpoint;
+  po.router_endpoint = fo.router_endpoint;
+  po.curve_secret_key = trainer_secret;
+  std::unique_ptr<DraftPublisher> trainer;
+  for (int i = 0; i < 100 && !trainer; ++i) {
+    if (!DraftPublisher::Start(&trainer_ctx, po, tmp.Sub("ckpt"), &trainer).ok()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ASSERT_TRUE(trainer);
+  ASSERT_TRUE(trainer->Publish(1).ok());
+  Status s;
+  for (int i = 0; i < 10; ++i) {
+    s = fetcher->Latest(&a);
+    if (s.ok()) break;
+  }
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(a.version, 1u);
+  std::string dir;
+  EXPECT_TRUE(fetcher->Fetch(a, tmp.Sub("staging"), &dir).ok());
+  EXPECT_TRUE(WaitSubscriptions(*trainer, 1));
+}
+
 }  // namespace
 }  // namespace specloop
