@@ -16,18 +16,23 @@ std::map<std::string, double> AlphaEstimate::LoggedByDomain() const {
   return m;
 }
 
-Status AlphaAccumulator::Add(const LlamaModel& model, const std::vector<Record>& records,
-                             int batch_records) {
+Status EstimateRecords(const LlamaModel& model, const std::vector<Record>& records,
+                       int batch_records, std::vector<RecordAlpha>* out) {
+  out->assign(records.size(), RecordAlpha());
+  for (size_t i = 0; i < records.size(); ++i) (*out)[i].domain = records[i].domain;
   const size_t step = static_cast<size_t>(std::max(1, batch_records));
   try {
     c10::InferenceMode guard;
     std::vector<const Record*> all;
     all.reserve(records.size());
     for (const Record& r : records) all.push_back(&r);
+    size_t first = 0;  // index in `records` of the group's first record
     for (const std::vector<const Record*>& ptrs : SplitForForward(all, step, kMaxForwardTokens)) {
       PositionBatch pb;
       BuildPositionBatch(ptrs, model.config().vocab_size, model.config().max_position_embeddings,
                          &pb);
+      const size_t group_first = first;
+      first += ptrs.size();
       if (pb.size() == 0) continue;
       std::vector<KVCache> caches;
       caches.reserve(pb.inputs.size());
@@ -45,17 +50,35 @@ Status AlphaAccumulator::Add(const LlamaModel& model, const std::vector<Record>&
       const double* l = lo.data_ptr<double>();
       const double* h = hi.data_ptr<double>();
       for (int64_t n = 0; n < pb.size(); ++n) {
-        auto& s = sums_[pb.domains[n]];
-        s.first += l[n];
-        s.second += h[n];
-        est_.logged_values[pb.domains[n]].push_back(l[n]);
-        est_.domains[pb.domains[n]].positions++;
+        RecordAlpha& r = (*out)[group_first + pb.record_index[n]];
+        r.logged.push_back(l[n]);
+        r.coarsened.push_back(h[n]);
       }
     }
   } catch (const c10::Error& e) {
     return Status::IOError(std::string("estimating alpha: ") + e.what_without_backtrace());
   }
   return Status::OK();
+}
+
+Status AlphaAccumulator::Add(const LlamaModel& model, const std::vector<Record>& records,
+                             int batch_records) {
+  std::vector<RecordAlpha> values;
+  SPECLOOP_RETURN_IF_ERROR(EstimateRecords(model, records, batch_records, &values));
+  for (const RecordAlpha& r : values) Add(r);
+  return Status::OK();
+}
+
+void AlphaAccumulator::Add(const RecordAlpha& r) {
+  if (r.logged.empty()) return;
+  auto& s = sums_[r.domain];
+  for (size_t n = 0; n < r.logged.size(); ++n) {
+    s.first += r.logged[n];
+    s.second += r.coarsened[n];
+  }
+  std::vector<double>& values = est_.logged_values[r.domain];
+  values.insert(values.end(), r.logged.begin(), r.logged.end());
+  est_.domains[r.domain].positions += static_cast<int64_t>(r.logged.size());
 }
 
 AlphaEstimate AlphaAccumulator::Estimate() const {

@@ -38,15 +38,28 @@ struct AlphaEstimate {
   std::map<std::string, double> LoggedByDomain() const;
 };
 
+// One record's estimates, per logged position in order (none when it has no usable one).
+struct RecordAlpha {
+  std::string domain;
+  std::vector<double> logged, coarsened;
+};
+
+// Evaluates `model` on the positions of `records` (training_examples.h), in forwards of at
+// most `batch_records` records and kMaxForwardTokens tokens, under inference mode; sets *out
+// to one RecordAlpha per record, in order. IOError wraps a LibTorch failure. A record's values
+// do not depend on the records it shares a forward with, up to float rounding.
+Status EstimateRecords(const LlamaModel& model, const std::vector<Record>& records,
+                       int batch_records, std::vector<RecordAlpha>* out);
+
 // Builds an AlphaEstimate from records given in parts, so that a large held-out set need not
 // be resident at once. Parts added in the same order to two accumulators give paired
 // logged_values.
 class AlphaAccumulator {
  public:
-  // Evaluates `model` on the positions of `records` (training_examples.h), in forwards of at
-  // most `batch_records` records and kMaxForwardTokens tokens, under inference mode, and adds
-  // them. IOError wraps a LibTorch failure (the positions of the failed forward are not added).
+  // EstimateRecords(), then adds every record's values (none when it fails).
   Status Add(const LlamaModel& model, const std::vector<Record>& records, int batch_records);
+  // Adds one record's values (e.g. kept from an earlier evaluation of the same model).
+  void Add(const RecordAlpha& record);
   // The estimate over every position added so far.
   AlphaEstimate Estimate() const;
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <thread>
 
@@ -76,11 +77,14 @@ Status Trainer::LoadDrafts() {
   return Status::OK();
 }
 
-Status Trainer::ForEachHeldOutPart(size_t part_size,
-                                   const std::function<Status(const std::vector<Record>&)>& visit) {
+Status Trainer::ForEachHeldOutPart(
+    size_t part_size,
+    const std::function<Status(const std::vector<Record>&, const std::vector<std::string>&)>&
+        visit) {
   part_size = std::max<size_t>(1, part_size);
   std::vector<HeldOutRef> kept;
   std::vector<Record> part;
+  std::vector<std::string> keys;
   part.reserve(std::min(part_size, heldout_.size()));
   for (const HeldOutRef& ref : heldout_) {
     Record r;
@@ -88,20 +92,23 @@ Status Trainer::ForEachHeldOutPart(size_t part_size,
     if (s.IsNotFound()) continue;  // retention removed it: no longer held out
     SPECLOOP_RETURN_IF_ERROR(s);
     part.push_back(std::move(r));
+    keys.push_back(std::to_string(ref.dir) + "/" + ref.key);
     kept.push_back(ref);
     if (part.size() == part_size) {
-      SPECLOOP_RETURN_IF_ERROR(visit(part));
+      SPECLOOP_RETURN_IF_ERROR(visit(part, keys));
       part.clear();
+      keys.clear();
     }
   }
-  if (!part.empty()) SPECLOOP_RETURN_IF_ERROR(visit(part));
+  if (!part.empty()) SPECLOOP_RETURN_IF_ERROR(visit(part, keys));
   heldout_ = std::move(kept);
   return Status::OK();
 }
 
 Status Trainer::LoadHeldOut(std::vector<Record>* records) {
   records->clear();
-  return ForEachHeldOutPart(heldout_.size(), [&](const std::vector<Record>& part) {
+  return ForEachHeldOutPart(heldout_.size(), [&](const std::vector<Record>& part,
+                                                  const std::vector<std::string>&) {
     records->insert(records->end(), part.begin(), part.end());
     return Status::OK();
   });
@@ -226,13 +233,38 @@ Status Trainer::Evaluate(EvalResult* r) {
   *r = EvalResult();
   // The held-out set is read in parts of one forward each: what evaluation keeps resident
   // does not grow with the set.
+  const auto t0 = std::chrono::steady_clock::now();
   AlphaAccumulator live, candidate;
+  std::map<std::string, RecordAlpha> live_values, candidate_values;
   const int batch = options_.eval_batch_records;
   SPECLOOP_RETURN_IF_ERROR(ForEachHeldOutPart(
-      static_cast<size_t>(std::max(1, batch)), [&](const std::vector<Record>& part) {
-        SPECLOOP_RETURN_IF_ERROR(live.Add(*live_, part, batch));
-        return candidate.Add(*candidate_, part, batch);
+      static_cast<size_t>(std::max(1, batch)),
+      [&](const std::vector<Record>& part, const std::vector<std::string>& keys) {
+        // The live draft on the records it has no values for yet.
+        std::vector<Record> fresh;
+        for (size_t i = 0; i < part.size(); ++i) {
+          if (!live_values_.count(keys[i])) fresh.push_back(part[i]);
+        }
+        std::vector<RecordAlpha> fresh_values, values;
+        SPECLOOP_RETURN_IF_ERROR(EstimateRecords(*live_, fresh, batch, &fresh_values));
+        SPECLOOP_RETURN_IF_ERROR(EstimateRecords(*candidate_, part, batch, &values));
+        metrics_.evaluated_records->Add({{"model", "live"}}).Increment(fresh.size());
+        metrics_.evaluated_records->Add({{"model", "candidate"}}).Increment(part.size());
+        size_t next_fresh = 0;
+        for (size_t i = 0; i < part.size(); ++i) {  // in part order: paired values
+          auto kept = live_values_.find(keys[i]);
+          RecordAlpha& l = live_values[keys[i]];
+          l = kept != live_values_.end() ? kept->second : std::move(fresh_values[next_fresh++]);
+          live.Add(l);
+          candidate.Add(values[i]);
+          candidate_values[keys[i]] = std::move(values[i]);
+        }
+        return Status::OK();
       }));
+  live_values_ = std::move(live_values);  // records no longer held out are dropped
+  candidate_values_ = std::move(candidate_values);
+  r->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics_.evaluation_seconds->Observe(r->seconds);
   r->live = live.Estimate();
   r->candidate = candidate.Estimate();
   r->decision = DecideGate(options_.gate, r->live, r->candidate, recent_traffic_);
@@ -251,11 +283,20 @@ Status Trainer::Evaluate(EvalResult* r) {
   return Status::OK();
 }
 
+namespace {
+std::string EvaluationTime(const EvalResult& r) {
+  char text[48];
+  std::snprintf(text, sizeof(text), " (evaluated in %.2f s)", r.seconds);
+  return text;
+}
+}  // namespace
+
 Status Trainer::EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalResult* r) {
   SPECLOOP_RETURN_IF_ERROR(Evaluate(r));
   if (!r->decision.publish && !force) {
     metrics_.rejected->Add({{"reason", r->decision.reason}}).Increment();
-    Log("candidate not published (" + r->decision.reason + "): " + r->decision.detail);
+    Log("candidate not published (" + r->decision.reason + "): " + r->decision.detail +
+        EvaluationTime(*r));
     return Status::OK();
   }
   CheckpointMeta m;
@@ -280,10 +321,12 @@ Status Trainer::EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalRe
   lo.dtype = "float32";
   SPECLOOP_RETURN_IF_ERROR(LlamaModel::Load(store_->Dir(m.version), lo, &live_));
   live_version_ = m.version;
+  live_values_ = std::move(candidate_values_);  // the published weights, saved and reloaded
+  candidate_values_.clear();
   metrics_.published->Increment();
   metrics_.draft_version->Set(static_cast<double>(m.version));
   Log("published " + VersionDirName(m.version) + (r->decision.publish ? "" : " (forced)") + ": " +
-      r->decision.detail);
+      r->decision.detail + EvaluationTime(*r));
   if (publisher) SPECLOOP_RETURN_IF_ERROR(publisher->Publish(m.version));
   return Status::OK();
 }

@@ -82,6 +82,7 @@ struct EvalResult {
   AlphaEstimate live, candidate;
   GateDecision decision;
   uint64_t version = 0;  // the checkpoint written, when the candidate was published
+  double seconds = 0;    // how long the evaluation took
 };
 
 struct OfflineProgress {
@@ -136,8 +137,11 @@ class Trainer {
   // Reads the held-out records in order and calls `visit` on parts of at most `part_size`,
   // stopping at the first error. Records retention removed are skipped, and dropped from the
   // set when every part was visited.
-  Status ForEachHeldOutPart(size_t part_size,
-                            const std::function<Status(const std::vector<Record>&)>& visit);
+  // `keys` names each record of a part (one entry per record, unique within the set).
+  Status ForEachHeldOutPart(
+      size_t part_size,
+      const std::function<Status(const std::vector<Record>& part,
+                                 const std::vector<std::string>& keys)>& visit);
   std::map<std::string, double> DomainWeights() const;
 
   TrainerOptions options_;
@@ -160,6 +164,11 @@ class Trainer {
   std::vector<HeldOutRef> heldout_;
   uint64_t last_scan_us_ = 0;  // records with time_us < this were scanned
   std::map<std::string, double> live_alpha_, best_alpha_, candidate_alpha_;
+  // Per held-out record (by ForEachHeldOutPart's key), the live draft's values at the last
+  // evaluation, and the candidate's: the live draft only changes when a candidate is
+  // published, which then brings its values along. So an evaluation runs the live draft on
+  // the records that joined the set since the last one only, not on the whole set again.
+  std::map<std::string, RecordAlpha> live_values_, candidate_values_;
   std::map<std::string, double> recent_traffic_;  // records per domain, age-weighted
   uint64_t recent_traffic_us_ = 0;                // when recent_traffic_ was last decayed
   Rng rng_;

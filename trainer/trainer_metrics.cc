@@ -28,6 +28,15 @@ Status TrainerMetrics::Register(metrics::Registry* r) {
       r->AddCounter({"specloop_train_evaluations_total", "Candidate evaluations.", {}}, &c));
   evaluations = &c->Add({});
   SPECLOOP_RETURN_IF_ERROR(r->AddCounter(
+      {"specloop_train_evaluated_records_total",
+       "Held-out records run through a draft in evaluations, by model (live or candidate).",
+       {"model"}},
+      &evaluated_records));
+  SPECLOOP_RETURN_IF_ERROR(r->AddHistogram(
+      {"specloop_train_evaluation_duration_seconds", "Duration of a candidate evaluation.", {}},
+      metrics::ExponentialBuckets(0.01, 2, 14), &h));
+  evaluation_seconds = &h->Add({});
+  SPECLOOP_RETURN_IF_ERROR(r->AddCounter(
       {"specloop_train_checkpoints_published_total", "Candidates that passed the gate.", {}}, &c));
   published = &c->Add({});
   SPECLOOP_RETURN_IF_ERROR(r->AddCounter(

@@ -9,6 +9,9 @@
 //                                                            model = live | candidate;
 //                                                            domain "all" for the overall mean
 //   specloop_train_evaluations_total                         candidate evaluations
+//   specloop_train_evaluated_records_total{model}            held-out records run through a
+//                                                            draft (live: new ones only)
+//   specloop_train_evaluation_duration_seconds               histogram of evaluations
 //   specloop_train_checkpoints_published_total               candidates published
 //   specloop_train_checkpoints_rejected_total{reason}        no_gain | domain_regression |
 //                                                            no_data | save_error
@@ -34,6 +37,8 @@ struct TrainerMetrics {
   metrics::Family<metrics::Counter>* positions = nullptr;
   metrics::Family<metrics::Gauge>* alpha = nullptr;
   metrics::Counter* evaluations = nullptr;
+  metrics::Family<metrics::Counter>* evaluated_records = nullptr;
+  metrics::Histogram* evaluation_seconds = nullptr;
   metrics::Counter* published = nullptr;
   metrics::Family<metrics::Counter>* rejected = nullptr;
   metrics::Gauge* draft_version = nullptr;

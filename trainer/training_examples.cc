@@ -51,7 +51,8 @@ void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, in
   std::vector<uint32_t> seen(static_cast<size_t>(std::max(vocab, 1)), 0);
   uint32_t stamp = 0;
   int64_t row_base = 0;
-  for (const Record* r : records) {
+  for (size_t ri = 0; ri < records.size(); ++ri) {
+    const Record* r = records[ri];
     if (K == 0) break;
     const size_t RK = r->top_k;
     const int64_t limit = std::min<int64_t>(r->tokens.size(), max_positions);
@@ -94,6 +95,7 @@ void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, in
         tails.push_back(tail);
         rows.push_back(row_base + pos - 1);
         out->domains.push_back(r->domain);
+        out->record_index.push_back(static_cast<int32_t>(ri));
         needed = std::max(needed, pos);
       }
     }

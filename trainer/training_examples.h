@@ -36,6 +36,7 @@ struct PositionBatch {
   at::Tensor target_logprobs;  // [N, K] float32
   at::Tensor target_tail;      // [N] float32
   std::vector<std::string> domains;  // [N]: the record's domain
+  std::vector<int32_t> record_index;  // [N]: the record's index in BuildPositionBatch's input
   int64_t size() const { return static_cast<int64_t>(domains.size()); }
 };
 
