@@ -109,6 +109,9 @@ struct TrainerSample {
   double t = 0;  // since the arm's first request
   double loss = NAN;
   uint64_t version = 0, published = 0, refused = 0, heldout = 0;
+  // Where the trainer's time went: optimizer steps and evaluations (seconds in all), and the
+  // held-out records each draft was run on.
+  double step_s = 0, evaluation_s = 0, evaluated_live = 0, evaluated_candidate = 0;
 };
 
 struct Arm {
@@ -206,6 +209,12 @@ bool PollTrainer(int port, double t, TrainerSample* s) {
   s->refused =
       static_cast<uint64_t>(e2e::MetricValue(body, "specloop_train_checkpoints_rejected_total"));
   s->heldout = static_cast<uint64_t>(e2e::MetricValue(body, "specloop_train_heldout_records"));
+  s->step_s = e2e::MetricValue(body, "specloop_train_step_duration_seconds_sum");
+  s->evaluation_s = e2e::MetricValue(body, "specloop_train_evaluation_duration_seconds_sum");
+  s->evaluated_live =
+      e2e::MetricValue(body, "specloop_train_evaluated_records_total", "model=\"live\"");
+  s->evaluated_candidate =
+      e2e::MetricValue(body, "specloop_train_evaluated_records_total", "model=\"candidate\"");
   return true;
 }
 
@@ -505,6 +514,14 @@ bool Summarize(std::ostream& file, const Arm& stat, const Arm& online,
   EmitSummary(file, "versions_refused_by_gate", {{"arm", "online"}}, last.refused, "versions");
   EmitSummary(file, "trainer_heldout_records", {{"eval_requests", eval_requests}}, last.heldout,
               "records");
+  EmitSummary(file, "trainer_evaluation_time_share", {{"arm", "online"}},
+              last.evaluation_s / std::max(1e-9, last.evaluation_s + last.step_s), "fraction");
+  // The live draft runs only on records new since the last evaluation: its share of the
+  // records the two drafts were run on, against 0.5 when both ran on every one.
+  EmitSummary(file, "trainer_evaluated_records_live_share", {{"arm", "online"}},
+              last.evaluated_live /
+                  std::max(1.0, last.evaluated_live + last.evaluated_candidate),
+              "fraction");
   if (last.heldout > static_cast<uint64_t>(eval_requests)) {
     std::cerr << "faster_over_time: the trainer holds out " << last.heldout
               << " records but only " << eval_requests
