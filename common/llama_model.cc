@@ -195,10 +195,16 @@ LlamaModel::FlatBatch LlamaModel::Flatten(const std::vector<ForwardInput>& batch
       }
     }
     f.visible.push_back(std::move(visible));
+    for (const int64_t r : in.logit_rows) {
+      TORCH_CHECK(r >= 0 && r < n, "logit row ", r, " outside the ", n, " new tokens");
+      f.out_rows.push_back(f.starts.back() + r);
+    }
     for (int64_t i = 0; i < n; ++i) {
       TORCH_CHECK(in.tokens[i] >= 0 && in.tokens[i] < config_.vocab_size, "token id ",
                   in.tokens[i], " outside the vocabulary of ", config_.vocab_size);
-      if (in.all_logits || i == n - 1) f.out_rows.push_back(f.ids.size());
+      if (in.logit_rows.empty() && (in.all_logits || i == n - 1)) {
+        f.out_rows.push_back(f.ids.size());
+      }
       f.ids.push_back(in.tokens[i]);
       f.positions.push_back(L0 + depth[i]);
     }
@@ -292,7 +298,9 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const
   for (size_t b = 0; b < batch.size(); ++b) {
     batch[b].cache->length_ = past[b] + lengths[b];
   }
-  if (static_cast<int64_t>(out_rows.size()) != N) {
+  bool every_row = static_cast<int64_t>(out_rows.size()) == N;
+  for (int64_t i = 0; every_row && i < N; ++i) every_row = out_rows[i] == i;
+  if (!every_row) {
     x = x.index_select(0, at::from_blob(out_rows.data(), {(int64_t)out_rows.size()}, long_opts)
                               .to(device(), false, true));
   }

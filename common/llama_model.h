@@ -40,6 +40,10 @@ struct ForwardInput {
   // length() + depth(i), and attends to the cache and its own ancestors only. Empty: a chain.
   // Afterwards KVCache::KeepPath() keeps one root-to-node path of the tree.
   std::vector<int> parents;
+  // When non-empty: logits only for these new tokens (indices into `tokens`, in this order),
+  // instead of all_logits or the last. Training reads a few positions of long sequences: the
+  // vocabulary-sized head then runs on those alone.
+  std::vector<int64_t> logit_rows;
 };
 
 class LlamaModel {
@@ -61,7 +65,8 @@ class LlamaModel {
 
   // Runs the new tokens of every input through the model and appends them to the caches.
   // Returns float32 logits [rows, vocab] on the model's device: for each input in order, one
-  // row per new token when all_logits, else one row for its last token.
+  // row per entry of logit_rows when given, else per new token when all_logits, else one row
+  // for its last token.
   // REQUIRES: each cache came from this model's NewCache() and has room within
   // max_position_embeddings; throws c10::Error otherwise (callers check limits first).
   // Call under c10::InferenceMode for serving. Under autograd (training) every cache must be

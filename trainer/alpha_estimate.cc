@@ -37,11 +37,11 @@ Status EstimateRecords(const LlamaModel& model, const std::vector<Record>& recor
       std::vector<KVCache> caches;
       caches.reserve(pb.inputs.size());
       std::vector<ForwardInput> in;
-      for (auto& tokens : pb.inputs) {
-        caches.push_back(model.NewCache(static_cast<int64_t>(tokens.size())));
-        in.push_back(ForwardInput{&caches.back(), tokens, /*all_logits=*/true});
+      for (size_t i = 0; i < pb.inputs.size(); ++i) {
+        caches.push_back(model.NewCache(static_cast<int64_t>(pb.inputs[i].size())));
+        in.push_back(ForwardInput{&caches.back(), pb.inputs[i], false, {}, pb.logit_rows[i]});
       }
-      at::Tensor logits = model.Forward(in).index_select(0, pb.rows.to(model.device()));
+      at::Tensor logits = model.Forward(in);
       at::Tensor ids = pb.target_ids.to(logits.device());
       at::Tensor lps = pb.target_logprobs.to(logits.device());
       at::Tensor tail = pb.target_tail.to(logits.device());

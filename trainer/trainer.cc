@@ -196,12 +196,12 @@ Status Trainer::TrainStep(const std::vector<const Record*>& batch, double* loss_
       std::vector<KVCache> caches;
       caches.reserve(pb.inputs.size());
       std::vector<ForwardInput> in;
-      for (auto& tokens : pb.inputs) {
-        caches.push_back(candidate_->NewCache(static_cast<int64_t>(tokens.size())));
-        in.push_back(ForwardInput{&caches.back(), tokens, /*all_logits=*/true, {}});
+      for (size_t i = 0; i < pb.inputs.size(); ++i) {
+        caches.push_back(candidate_->NewCache(static_cast<int64_t>(pb.inputs[i].size())));
+        in.push_back(ForwardInput{&caches.back(), pb.inputs[i], false, {}, pb.logit_rows[i]});
       }
       const at::Device dev = candidate_->device();
-      at::Tensor logits = candidate_->Forward(in).index_select(0, pb.rows.to(dev));
+      at::Tensor logits = candidate_->Forward(in);
       at::Tensor loss = DistillLoss(options_.objective, logits, pb.target_ids.to(dev),
                                     pb.target_logprobs.to(dev), pb.target_tail.to(dev),
                                     at::Tensor()) *

@@ -46,18 +46,18 @@ void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, in
     if (!r->steps.empty()) K = std::min<size_t>(K, r->top_k);
   }
   if (K == std::numeric_limits<size_t>::max() || K == 0) K = 0;
-  std::vector<int64_t> rows, ids;
+  std::vector<int64_t> ids, record_rows;
+  int64_t positions = 0;
   std::vector<float> lps, tails;
   std::vector<uint32_t> seen(static_cast<size_t>(std::max(vocab, 1)), 0);
   uint32_t stamp = 0;
-  int64_t row_base = 0;
   for (size_t ri = 0; ri < records.size(); ++ri) {
     const Record* r = records[ri];
     if (K == 0) break;
     const size_t RK = r->top_k;
     const int64_t limit = std::min<int64_t>(r->tokens.size(), max_positions);
     int64_t needed = 0;  // tokens to feed: covers every used row's input index
-    const size_t before = rows.size();
+    record_rows.clear();
     for (const SpecStep& st : r->steps) {
       const size_t k = st.draft_tokens.size();
       if (st.topk_ids.size() != (k + 1) * RK || st.topk_logprobs.size() != (k + 1) * RK ||
@@ -93,21 +93,21 @@ void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, in
           lps.push_back(HalfToFloat(st.topk_logprobs[j * RK + i]));
         }
         tails.push_back(tail);
-        rows.push_back(row_base + pos - 1);
+        record_rows.push_back(pos - 1);
+        ++positions;
         out->domains.push_back(r->domain);
         out->record_index.push_back(static_cast<int32_t>(ri));
         needed = std::max(needed, pos);
       }
     }
-    if (rows.size() == before) continue;
+    if (record_rows.empty()) continue;
     out->inputs.emplace_back(r->tokens.begin(), r->tokens.begin() + needed);
-    row_base += needed;
+    out->logit_rows.push_back(record_rows);
   }
-  const int64_t N = static_cast<int64_t>(rows.size());
+  const int64_t N = positions;
   const int64_t KK = static_cast<int64_t>(K);
   auto i64 = at::TensorOptions().dtype(at::kLong);
   auto f32 = at::TensorOptions().dtype(at::kFloat);
-  out->rows = at::from_blob(rows.data(), {N}, i64).clone();
   out->target_ids = at::from_blob(ids.data(), {N, KK}, i64).clone();
   out->target_logprobs = at::from_blob(lps.data(), {N, KK}, f32).clone();
   out->target_tail = at::from_blob(tails.data(), {N}, f32).clone();

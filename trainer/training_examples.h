@@ -28,10 +28,12 @@ namespace specloop {
 namespace trainer {
 
 struct PositionBatch {
-  // Per record that contributed a position, the tokens to feed (a prefix of its tokens).
+  // Per record that contributed a position, the tokens to feed (a prefix of its tokens) and
+  // the indices of those tokens whose logits its positions read, in position order: a forward
+  // of `inputs` with these as ForwardInput::logit_rows returns row n for position n.
   std::vector<std::vector<int64_t>> inputs;
+  std::vector<std::vector<int64_t>> logit_rows;
   // For every position n (N in all):
-  at::Tensor rows;             // [N] int64: row of the concatenated all-logits forward output
   at::Tensor target_ids;       // [N, K] int64
   at::Tensor target_logprobs;  // [N, K] float32
   at::Tensor target_tail;      // [N] float32

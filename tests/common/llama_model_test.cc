@@ -128,6 +128,41 @@ TEST_P(LlamaModelTest, SmallCpuPathMatchesAtenPath) {
   EXPECT_LT((out[0] - out[1]).abs().max().item<double>(), kTol);
 }
 
+TEST_P(LlamaModelTest, LogitRowsSelectThoseRowsInTheirOrder) {
+  // A batch mixing logit_rows (out of order, one repeated) with all_logits and last-only
+  // inputs, through both implementations (the small path takes blocks of up to 16 tokens).
+  auto m = RandomModel(TinyConfig(GetParam()), 31);
+  const int V = m->config().vocab_size;
+  std::vector<std::vector<int64_t>> seqs = {RandomTokens(14, V, 32), RandomTokens(12, V, 33),
+                                            RandomTokens(9, V, 34)};
+  std::vector<at::Tensor> full;
+  for (const auto& s : seqs) full.push_back(FullForward(*m, s));
+  const std::vector<int64_t> pick = {7, 2, 13, 2};
+  at::Tensor expected = at::cat({full[0].index_select(0, at::tensor(pick)), full[1],
+                                 full[2].narrow(0, 8, 1)},
+                                0);
+  for (bool small : {false, true}) {
+    m->set_use_small_cpu_path(small);
+    std::vector<KVCache> caches = {m->NewCache(), m->NewCache(), m->NewCache()};
+    ForwardInput a{&caches[0], seqs[0], false, {}, pick};
+    ForwardInput b{&caches[1], seqs[1], true, {}, {}};
+    ForwardInput c{&caches[2], seqs[2], false, {}, {}};
+    at::Tensor got = m->Forward({a, b, c});
+    ASSERT_EQ(got.sizes(), expected.sizes()) << small;
+    EXPECT_LT((got - expected).abs().max().item<double>(), kTol) << small;
+  }
+  // As many rows as tokens, reversed: still a selection, not every row in order.
+  m->set_use_small_cpu_path(false);
+  std::vector<int64_t> reversed(seqs[1].size());
+  for (size_t i = 0; i < reversed.size(); ++i) reversed[i] = reversed.size() - 1 - i;
+  KVCache cache = m->NewCache();
+  at::Tensor back = m->Forward({{&cache, seqs[1], false, {}, reversed}});
+  EXPECT_LT((back - full[1].flip(0)).abs().max().item<double>(), kTol);
+  cache = m->NewCache();
+  EXPECT_THROW(m->Forward({{&cache, seqs[2], false, {}, {9}}}), c10::Error);
+  EXPECT_EQ(cache.length(), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Embeddings, LlamaModelTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Tied" : "Untied"; });
 
