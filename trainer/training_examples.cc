@@ -47,7 +47,6 @@ void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, in
   }
   if (K == std::numeric_limits<size_t>::max() || K == 0) K = 0;
   std::vector<int64_t> ids, record_rows;
-  int64_t positions = 0;
   std::vector<float> lps, tails;
   std::vector<uint32_t> seen(static_cast<size_t>(std::max(vocab, 1)), 0);
   uint32_t stamp = 0;
@@ -94,7 +93,6 @@ void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, in
         }
         tails.push_back(tail);
         record_rows.push_back(pos - 1);
-        ++positions;
         out->domains.push_back(r->domain);
         out->record_index.push_back(static_cast<int32_t>(ri));
         needed = std::max(needed, pos);
@@ -104,7 +102,7 @@ void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, in
     out->inputs.emplace_back(r->tokens.begin(), r->tokens.begin() + needed);
     out->logit_rows.push_back(record_rows);
   }
-  const int64_t N = positions;
+  const int64_t N = out->size();
   const int64_t KK = static_cast<int64_t>(K);
   auto i64 = at::TensorOptions().dtype(at::kLong);
   auto f32 = at::TensorOptions().dtype(at::kFloat);
