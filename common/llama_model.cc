@@ -168,12 +168,10 @@ at::Tensor LlamaModel::Forward(const std::vector<ForwardInput>& batch) const {
 
 LlamaModel::FlatBatch LlamaModel::Flatten(const std::vector<ForwardInput>& batch) const {
   TORCH_CHECK(!batch.empty(), "Forward of an empty batch");
-  const bool training = c10::GradMode::is_enabled();
   FlatBatch f;
   for (const auto& in : batch) {
     TORCH_CHECK(in.cache != nullptr && !in.tokens.empty(), "ForwardInput needs a cache and tokens");
     const int64_t L0 = in.cache->length(), n = in.tokens.size();
-    TORCH_CHECK(!training || L0 == 0, "training forward needs empty caches");
     TORCH_CHECK(L0 + n <= config_.max_position_embeddings, "sequence of ", L0 + n,
                 " positions exceeds the context limit ", config_.max_position_embeddings);
     f.starts.push_back(f.ids.size());
@@ -274,8 +272,14 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const
       at::Tensor kc = batch[b].cache->keys_[l], vc = batch[b].cache->values_[l];
       kc.narrow(1, L0, n).copy_(kb.detach());
       vc.narrow(1, L0, n).copy_(vb.detach());
-      at::Tensor keys = training ? kb : kc.narrow(1, 0, T);    // [KVH, T, D]
-      at::Tensor values = training ? vb : vc.narrow(1, 0, T);  // [KVH, T, D]
+      // Training reads this forward's keys and values from the graph, not the cache, so that
+      // gradients reach them; a cached prefix (computed earlier, without gradients) is a
+      // constant in front of them.
+      at::Tensor keys = kc.narrow(1, 0, T), values = vc.narrow(1, 0, T);  // [KVH, T, D]
+      if (training) {
+        keys = L0 == 0 ? kb : at::cat({kc.narrow(1, 0, L0), kb}, 1);
+        values = L0 == 0 ? vb : at::cat({vc.narrow(1, 0, L0), vb}, 1);
+      }
 
       // Queries grouped by their key/value head: [KVH, G * n, D], rows ordered (group, pos).
       at::Tensor qb = q.narrow(0, off, n).view({n, KVH, G, D}).permute({1, 2, 0, 3}).reshape(

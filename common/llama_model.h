@@ -69,8 +69,10 @@ class LlamaModel {
   // for its last token.
   // REQUIRES: each cache came from this model's NewCache() and has room within
   // max_position_embeddings; throws c10::Error otherwise (callers check limits first).
-  // Call under c10::InferenceMode for serving. Under autograd (training) every cache must be
-  // empty: attention then reads the new keys directly, so no in-place update enters the graph.
+  // Call under c10::InferenceMode for serving. Under autograd (training) attention reads the
+  // new keys and values from the graph, so no in-place update enters it; what a cache already
+  // holds (e.g. a prompt run under at::NoGradGuard, not InferenceMode) is a constant: no
+  // gradient reaches the forward that computed it.
   at::Tensor Forward(const std::vector<ForwardInput>& batch) const;
 
   // The weights under their Hugging Face names (fused projections split again), in load order;

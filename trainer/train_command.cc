@@ -187,6 +187,9 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-grad-norm", t.adamw.max_grad_norm, "gradient clipping")
       ->capture_default_str();
   cmd->add_option("--batch-records", t.batch_records, "records per step")->capture_default_str();
+  cmd->add_option("--context-grad", t.context_gradient,
+                  "backpropagate into each record's prompt too (costs 1.5x; false: prompt forward only)")
+      ->capture_default_str();
   cmd->add_option("--max-replay", t.max_replay,
                   "online: most samples trained per training record (then wait for traffic)")
       ->capture_default_str();

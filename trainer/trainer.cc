@@ -195,10 +195,27 @@ Status Trainer::TrainStep(const std::vector<const Record*>& batch, double* loss_
     for (PositionBatch& pb : groups) {
       std::vector<KVCache> caches;
       caches.reserve(pb.inputs.size());
-      std::vector<ForwardInput> in;
+      std::vector<ForwardInput> context, in;
       for (size_t i = 0; i < pb.inputs.size(); ++i) {
-        caches.push_back(candidate_->NewCache(static_cast<int64_t>(pb.inputs[i].size())));
-        in.push_back(ForwardInput{&caches.back(), pb.inputs[i], false, {}, pb.logit_rows[i]});
+        const std::vector<int64_t>& tokens = pb.inputs[i];
+        const std::vector<int64_t>& rows = pb.logit_rows[i];
+        caches.push_back(candidate_->NewCache(static_cast<int64_t>(tokens.size())));
+        // Unless context_gradient, the tokens before the first position read run forward only,
+        // without gradients: backward covers the positions read onward.
+        const int64_t cut =
+            options_.context_gradient ? 0 : *std::min_element(rows.begin(), rows.end());
+        if (cut > 0) {
+          context.push_back(
+              ForwardInput{&caches.back(), {tokens.begin(), tokens.begin() + cut}, false, {}, {}});
+        }
+        std::vector<int64_t> shifted(rows);
+        for (int64_t& r : shifted) r -= cut;
+        in.push_back(ForwardInput{&caches.back(), {tokens.begin() + cut, tokens.end()}, false, {},
+                                  std::move(shifted)});
+      }
+      if (!context.empty()) {
+        at::NoGradGuard no_grad;  // not InferenceMode: the caches enter the graph below
+        candidate_->Forward(context);
       }
       const at::Device dev = candidate_->device();
       at::Tensor logits = candidate_->Forward(in);

@@ -177,6 +177,47 @@ TEST(LlamaModel, CausalPositionsDoNotSeeTheFuture) {
   EXPECT_GT((la[9] - lb[9]).abs().max().item<double>(), 1e-3);
 }
 
+TEST(LlamaModel, TrainingOverACachedContextKeepsItsValuesAndStopsItsGradient) {
+  // The trainer's context forward (TrainerOptions::context_gradient off): the context runs
+  // under NoGradGuard into the cache, the rest under autograd. The logits are those of one
+  // training forward over all tokens, and so is the head's gradient (the head reads only the
+  // final hidden states of the rows); the embeddings of tokens seen only in the context get
+  // no gradient, where the full forward gives them some.
+  auto m = RandomModel(TinyConfig(/*tied=*/false), 41);
+  const int V = m->config().vocab_size;
+  std::vector<at::Tensor> params = m->Parameters();  // the embeddings first, the head last
+  for (at::Tensor& p : params) p.requires_grad_(true);
+  const std::vector<int64_t> context = RandomTokens(12, V / 2, 42);
+  std::vector<int64_t> rest = RandomTokens(8, V / 2, 43);
+  for (int64_t& t : rest) t += V / 2;  // ids disjoint from the context's
+  const std::vector<int64_t> rows = {5, 0, 7};  // of `rest`
+  at::Tensor logits[2], embed_grad[2], head_grad[2];
+  for (int cached = 0; cached < 2; ++cached) {
+    for (at::Tensor& p : params) p.mutable_grad() = at::Tensor();
+    KVCache cache = m->NewCache();
+    ForwardInput in{&cache, rest, false, {}, rows};
+    if (cached) {
+      at::NoGradGuard no_grad;
+      m->Forward({{&cache, context}});
+    } else {
+      in.tokens.insert(in.tokens.begin(), context.begin(), context.end());
+      for (int64_t& r : in.logit_rows) r += static_cast<int64_t>(context.size());
+    }
+    logits[cached] = m->Forward({in});
+    EXPECT_EQ(cache.length(), 20);
+    logits[cached].pow(2).sum().backward();
+    embed_grad[cached] = params.front().grad().clone();
+    head_grad[cached] = params.back().grad().clone();
+  }
+  ASSERT_EQ(logits[1].sizes(), (at::IntArrayRef{3, V}));
+  EXPECT_LT((logits[0] - logits[1]).abs().max().item<double>(), kTol);
+  EXPECT_LT((head_grad[0] - head_grad[1]).abs().max().item<double>(), 1e-4);
+  const int64_t half = V / 2;
+  EXPECT_GT(embed_grad[0].narrow(0, 0, half).abs().max().item<double>(), 1e-6);
+  EXPECT_EQ(embed_grad[1].narrow(0, 0, half).abs().max().item<double>(), 0.0);
+  EXPECT_GT(embed_grad[1].narrow(0, half, V - half).abs().max().item<double>(), 1e-6);
+}
+
 TEST(LlamaModel, HalfPrecisionWeightsLoadAndAgree) {
   c10::InferenceMode guard;
   ModelConfig c = TinyConfig();

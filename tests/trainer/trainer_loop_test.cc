@@ -7,6 +7,7 @@
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -102,6 +103,37 @@ TEST_F(TrainerLoopTest, OfflineDistillationRaisesHeldOutAlphaOfEveryDomain) {
   ASSERT_EQ(heldout.size(), again->heldout_size());
   ASSERT_TRUE(EstimateAlpha(*again->candidate(), heldout, 16, &resumed).ok());
   EXPECT_NEAR(resumed.overall.logged, r.candidate.overall.logged, 1e-5);
+}
+
+// With context_gradient off a record's prompt runs forward only: the step's loss is the same
+// (the forward computes the same values) and the step is not (no gradient reaches the prompt).
+TEST_F(TrainerLoopTest, ContextWithoutGradientTrainsOnTheSameLoss) {
+  double loss[2] = {0, 0};
+  std::vector<at::Tensor> weights[2];
+  for (int with_context = 0; with_context < 2; ++with_context) {
+    TempDir ckpt;
+    TrainerOptions o = Options(ckpt.path());
+    o.context_gradient = with_context == 1;
+    std::unique_ptr<Trainer> t;
+    ASSERT_TRUE(Trainer::Open(o, nullptr, &t).ok());
+    std::vector<Record> records;
+    ASSERT_TRUE(t->LoadHeldOut(&records).ok());  // any records will do for one step
+    ASSERT_GE(records.size(), 6u);
+    std::vector<const Record*> batch;
+    for (size_t i = 0; i < 6; ++i) batch.push_back(&records[i]);
+    Status s = t->TrainStep(batch, &loss[with_context]);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (const at::Tensor& w : t->candidate()->Parameters()) {
+      weights[with_context].push_back(w.detach().clone());
+    }
+  }
+  EXPECT_GT(loss[1], 0);
+  EXPECT_NEAR(loss[0], loss[1], 1e-5 * loss[1]);
+  double differ = 0;
+  for (size_t i = 0; i < weights[0].size(); ++i) {
+    differ = std::max(differ, (weights[0][i] - weights[1][i]).abs().max().item<double>());
+  }
+  EXPECT_GT(differ, 1e-6);  // a first AdamW step moves each weight it has a gradient for by ~lr/20
 }
 
 // Evaluation reads the held-out set in parts of eval_batch_records (its memory does not grow
