@@ -516,6 +516,10 @@ bool Summarize(std::ostream& file, const Arm& stat, const Arm& online,
               "records");
   EmitSummary(file, "trainer_evaluation_time_share", {{"arm", "online"}},
               last.evaluation_s / std::max(1e-9, last.evaluation_s + last.step_s), "fraction");
+  // Steps and evaluations over the arm's length: below 1 the trainer waited, for traffic
+  // (max_replay) or its next catch-up.
+  EmitSummary(file, "trainer_busy_share", {{"arm", "online"}},
+              (last.evaluation_s + last.step_s) / std::max(1e-9, last.t), "fraction");
   // The live draft runs only on records new since the last evaluation: its share of the
   // records the two drafts were run on, against 0.5 when both ran on every one.
   EmitSummary(file, "trainer_evaluated_records_live_share", {{"arm", "online"}},
