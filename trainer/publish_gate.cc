@@ -71,16 +71,17 @@ GateDecision DecideGate(const GateOptions& o, const AlphaEstimate& live,
     d.reason = "no_data";
     return d;
   }
+  const double tolerance = std::max(o.max_domain_regression, o.max_regression_per_gain * gain);
   for (const auto& [domain, c] : candidate.domains) {
     auto it = live.domains.find(domain);
     if (it == live.domains.end() || c.positions < o.min_domain_positions) continue;
     const double drop = it->second.logged - c.logged;
     const double noise = o.regression_z * PairedStandardError(live, candidate, domain);
-    if (drop > o.max_domain_regression && drop > noise) {
+    if (drop > tolerance && drop > noise) {
       std::snprintf(buf, sizeof(buf),
                     "; domain %s falls %.4f -> %.4f (tolerance %.4f, %.1f standard errors %.4f)",
-                    domain.c_str(), it->second.logged, c.logged, o.max_domain_regression,
-                    o.regression_z, noise);
+                    domain.c_str(), it->second.logged, c.logged, tolerance, o.regression_z,
+                    noise);
       d.detail += buf;
       d.reason = "domain_regression";
       return d;

@@ -210,6 +210,9 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-domain-regression", t.gate.max_domain_regression,
                   "gate: most a domain's alpha may fall")
       ->capture_default_str();
+  cmd->add_option("--max-regression-per-gain", t.gate.max_regression_per_gain,
+                  "gate: or this fraction of the overall gain, when larger")
+      ->capture_default_str();
   cmd->add_option("--keep-last", t.keep_last, "checkpoints kept")->capture_default_str();
   cmd->add_option("--seed", t.seed, "sampling seed")->capture_default_str();
   cmd->add_option("--device", t.device, "cpu or cuda")->capture_default_str();

@@ -40,7 +40,7 @@ TEST(PublishGate, RefusesAWorseCandidate) {
 
 TEST(PublishGate, RefusesADomainRegressionDespiteAnOverallGain) {
   GateDecision d = DecideGate({}, Make({{"c", 0.5}, {"python", 0.5}}),
-                              Make({{"c", 0.7}, {"python", 0.45}}));
+                              Make({{"c", 0.7}, {"python", 0.4}}));
   EXPECT_FALSE(d.publish);
   EXPECT_EQ(d.reason, "domain_regression");
   EXPECT_NE(d.detail.find("python"), std::string::npos);
@@ -53,7 +53,31 @@ TEST(PublishGate, ToleratesASmallFallForAGainElsewhere) {
   EXPECT_TRUE(DecideGate({}, live, cand).publish);
   GateOptions strict;
   strict.max_domain_regression = 0.01;
+  strict.max_regression_per_gain = 0;  // (the gain, 0.09, would tolerate 0.09)
   EXPECT_EQ(DecideGate(strict, live, cand).reason, "domain_regression");
+}
+
+TEST(PublishGate, ALargeGainWidensTheTolerance) {
+  // Traffic is all on c, which gains 0.2; python (no traffic) falls 0.15, beyond the 0.03
+  // tolerance but within the gain.
+  const AlphaEstimate live = Make({{"c", 0.2}, {"python", 0.5}});
+  const std::map<std::string, double> traffic = {{"c", 1.0}};
+  GateDecision d = DecideGate({}, live, Make({{"c", 0.4}, {"python", 0.35}}), traffic);
+  EXPECT_TRUE(d.publish) << d.detail;
+  // A fall beyond the gain is still refused, and the detail names the tolerance used.
+  d = DecideGate({}, live, Make({{"c", 0.4}, {"python", 0.28}}), traffic);
+  EXPECT_EQ(d.reason, "domain_regression");
+  EXPECT_NE(d.detail.find("tolerance 0.2000"), std::string::npos) << d.detail;
+  // A small gain leaves the fixed tolerance.
+  d = DecideGate({}, live, Make({{"c", 0.22}, {"python", 0.46}}), traffic);
+  EXPECT_EQ(d.reason, "domain_regression");
+  EXPECT_NE(d.detail.find("tolerance 0.0300"), std::string::npos) << d.detail;
+  // Half the gain: the first candidate's fall is too much.
+  GateOptions half;
+  half.max_regression_per_gain = 0.5;
+  EXPECT_EQ(DecideGate(half, live, Make({{"c", 0.4}, {"python", 0.35}}), traffic).reason,
+            "domain_regression");
+  EXPECT_TRUE(DecideGate(half, live, Make({{"c", 0.4}, {"python", 0.42}}), traffic).publish);
 }
 
 TEST(PublishGate, SmallDomainsAreNotJudgedAlone) {
@@ -74,16 +98,17 @@ void AddPairedValues(AlphaEstimate* live, AlphaEstimate* cand, const std::string
 }
 
 TEST(PublishGate, AFallWithinItsNoiseIsNotARegression) {
-  // python falls 0.05 (beyond the 0.03 tolerance) but per-position differences spread +-0.3
-  // over 100 positions: standard error 0.03, so 2 standard errors (0.06) cover the fall.
+  // python falls 0.05 (beyond the 0.03 tolerance; the overall gain, 0.025, is less) but
+  // per-position differences spread +-0.3 over 100 positions: standard error 0.03, so 2
+  // standard errors (0.06) cover the fall.
   AlphaEstimate live = Make({{"c", 0.5}, {"python", 0.5}});
-  AlphaEstimate cand = Make({{"c", 0.7}, {"python", 0.45}});
+  AlphaEstimate cand = Make({{"c", 0.6}, {"python", 0.45}});
   AddPairedValues(&live, &cand, "python", 0.05, 0.3, 100);
   GateDecision d = DecideGate({}, live, cand);
   EXPECT_TRUE(d.publish) << d.detail;
   // The same fall, measured consistently on every position, is a regression.
   AlphaEstimate live2 = Make({{"c", 0.5}, {"python", 0.5}});
-  AlphaEstimate cand2 = Make({{"c", 0.7}, {"python", 0.45}});
+  AlphaEstimate cand2 = Make({{"c", 0.6}, {"python", 0.45}});
   AddPairedValues(&live2, &cand2, "python", 0.05, 0.01, 100);
   d = DecideGate({}, live2, cand2);
   EXPECT_FALSE(d.publish);
