@@ -13,14 +13,13 @@
 // per-step cost of the speculative path itself (auto's floor when it never speculates).
 // A/B of the policy (new vs old in one run): `--b-plain-probe-interval N`,
 // `--b-max-probe-interval N` (its longest wait between probes at k = 0),
-// `--b-switch-margin M` (the gain over plain a k > 0 must promise),
 // `--b-calibration-context N`, `--b-short-context N` (0: calibrate at one context, costs
 // flat in the context) or `--b-plain-run N` (0: plain forwards timed in the rounds) adds a
 // second auto arm, "auto_b", whose policy differs in that only ("auto_b_vs_plain",
 // "auto_vs_auto_b"); `--no-fixed` leaves out k = 1..8 (shorter).
 // Usage: spec_bench [--shared DIR] [--prompts N] [--tokens N] [--reps N] [--temperature T]
 //                   [--drafts a,b] [--domains a,b] [--b-plain-probe-interval N]
-//                   [--b-max-probe-interval N] [--b-switch-margin M]
+//                   [--b-max-probe-interval N]
 //                   [--b-calibration-context N] [--b-short-context N] [--b-plain-run N]
 //                   [--no-fixed]
 #include <algorithm>
@@ -69,7 +68,6 @@ int main(int argc, char** argv) {
   // max_probe_interval and its calibration (A: the defaults).
   int b_plain_probe_interval = 0, b_max_probe_interval = 0, b_calibration_context = 0,
       b_short_context = -1, b_plain_run = -1;
-  double b_switch_margin = -1;
   bool fixed = true;
   std::vector<std::string> drafts = {"draft-mix-1m", "draft-prose-1m"};
   std::vector<std::string> domains = {"prose", "python", "c", "legal", "docs"};
@@ -93,7 +91,6 @@ int main(int argc, char** argv) {
     if (!std::strcmp(flag, "--b-calibration-context")) b_calibration_context = std::atoi(value);
     if (!std::strcmp(flag, "--b-short-context")) b_short_context = std::atoi(value);
     if (!std::strcmp(flag, "--b-plain-run")) b_plain_run = std::atoi(value);
-    if (!std::strcmp(flag, "--b-switch-margin")) b_switch_margin = std::atof(value);
   }
   SetComputeThreads(1);
   c10::InferenceMode guard;
@@ -131,12 +128,10 @@ int main(int argc, char** argv) {
 
   // The auto arms: A with the defaults, B differing as the flags say.
   const bool ab = b_plain_probe_interval > 0 || b_max_probe_interval > 0 ||
-                  b_calibration_context > 0 || b_short_context >= 0 || b_plain_run >= 0 ||
-                  b_switch_margin >= 0;
+                  b_calibration_context > 0 || b_short_context >= 0 || b_plain_run >= 0;
   SpeculationPolicyOptions b_options;
   if (b_plain_probe_interval > 0) b_options.plain_probe_interval = b_plain_probe_interval;
   if (b_max_probe_interval > 0) b_options.max_probe_interval = b_max_probe_interval;
-  if (b_switch_margin >= 0) b_options.switch_margin = b_switch_margin;
   CalibrationOptions a_calibration = calibration, b_calibration = calibration;
   a_calibration.sampling = b_calibration.sampling = gen.sampling;
   if (b_calibration_context > 0) b_calibration.context = b_calibration_context;
@@ -224,7 +219,6 @@ int main(int argc, char** argv) {
           p["k"] = "auto_b";
           p["plain_probe_interval"] = b_options.plain_probe_interval;
           p["max_probe_interval"] = b_options.max_probe_interval;
-          p["switch_margin"] = b_options.switch_margin;
           p["calibration_context"] = b_calibration.context;
           p["short_context"] = b_calibration.short_context;
           p["plain_run"] = b_calibration.plain_run;

@@ -192,7 +192,6 @@ int SpeculationPolicy::ChooseBest(const std::function<double(int)>& model, int p
       best_spec_rate = r;
     }
   }
-  if (best > 0 && best_rate <= plain_rate * (1.0 + options_.switch_margin)) best = 0;
   // Speculating now first pays the catch-up; the rest of the sequence must repay it.
   if (best > 0 && remaining > 0 && catch_up_tokens > 0 && plain_rate > 0) {
     const double n = static_cast<double>(remaining);  // best_rate > plain_rate > 0

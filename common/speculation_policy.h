@@ -69,12 +69,6 @@ struct SpeculationPolicyOptions {
   // --b-plain-probe-interval), probing every 16 choices was 0.977x (median of 10 draft /
   // domain cells; 8 of 10 below 1) of every 256. Default: 256.
   int plain_probe_interval = 256;
-  // A k > 0 is chosen only where its expected rate beats plain decoding's by more than this
-  // fraction. Estimated gains of a few percent are within the estimates' own error (a
-  // modelled cost off by 10-30%, alpha over a 32-step window), and each switch to
-  // speculation pays the draft's catch-up, so a policy chasing them flips between lengths
-  // and loses to both. Default: 0.
-  double switch_margin = 0.0;
 };
 
 class SpeculationPolicy {

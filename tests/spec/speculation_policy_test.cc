@@ -85,28 +85,6 @@ TEST(SpeculationPolicy, SpeculatesOnlyWhereTheRestRepaysTheDraftCatchUp) {
   EXPECT_DOUBLE_EQ(q.CatchUpSeconds(50000), 0.05);
 }
 
-TEST(SpeculationPolicy, SpeculatesOnlyWhereTheGainClearsTheSwitchMargin) {
-  // Target 1, draft 0.3, alpha 0.5: k = 1 promises 1.5 / 1.3 = 1.154 tokens/s against plain's
-  // 1, the best length (k = 2: 1.75 / 1.6 = 1.094).
-  for (double margin : {0.0, 0.10, 0.20, 0.30}) {
-    SpeculationPolicyOptions o;
-    o.switch_margin = margin;
-    SpeculationPolicy p(o);
-    for (int n = 1; n <= 9; ++n) p.SeedTarget(n, 1.0);
-    p.SeedDraft(0.3);
-    Observe(&p, 0.5, 400);
-    ASSERT_NEAR(p.ExpectedRate(1) / p.ExpectedRate(0), 1.5 / 1.3, 0.02);
-    const bool clears = p.ExpectedRate(1) > (1 + margin) * p.ExpectedRate(0);
-    EXPECT_EQ(p.ChooseK(), clears ? 1 : 0) << "margin " << margin;
-    EXPECT_EQ(clears, margin < 0.15) << "margin " << margin;
-    // Held at plain, it still probes the best length now and then.
-    int probes = 0;
-    for (int i = 0; i < 100; ++i) probes += p.ChooseK() > 0;
-    EXPECT_EQ(probes > 90, clears) << "margin " << margin;
-    EXPECT_GT(probes, 0) << "margin " << margin;
-  }
-}
-
 TEST(SpeculationPolicy, MachineLoadDoesNotTiltTheChoice) {
   // Target 1 + 0.1 n, draft 0.5, alpha 0.4: plain decoding wins (0.91 tokens/s, k = 1: 0.82).
   SpeculationPolicy p = Seeded(1.0, 0.1, 0.5);
