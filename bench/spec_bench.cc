@@ -13,13 +13,16 @@
 // per-step cost of the speculative path itself (auto's floor when it never speculates).
 // A/B of the policy (new vs old in one run): `--b-plain-probe-interval N`,
 // `--b-max-probe-interval N` (its longest wait between probes at k = 0),
+// `--b-plain-probe-steps N` and `--b-cold-plain-steps N` (plain probes amid speculation),
+// `--b-forget-per-any-step 0|1`,
 // `--b-calibration-context N`, `--b-short-context N` (0: calibrate at one context, costs
 // flat in the context) or `--b-plain-run N` (0: plain forwards timed in the rounds) adds a
 // second auto arm, "auto_b", whose policy differs in that only ("auto_b_vs_plain",
 // "auto_vs_auto_b"); `--no-fixed` leaves out k = 1..8 (shorter).
 // Usage: spec_bench [--shared DIR] [--prompts N] [--tokens N] [--reps N] [--temperature T]
 //                   [--drafts a,b] [--domains a,b] [--b-plain-probe-interval N]
-//                   [--b-max-probe-interval N]
+//                   [--b-max-probe-interval N] [--b-plain-probe-steps N]
+//                   [--b-cold-plain-steps N] [--b-forget-per-any-step 0|1]
 //                   [--b-calibration-context N] [--b-short-context N] [--b-plain-run N]
 //                   [--no-fixed]
 #include <algorithm>
@@ -67,7 +70,8 @@ int main(int argc, char** argv) {
   // The auto_b arm (none unless one of these is given): its plain_probe_interval, its
   // max_probe_interval and its calibration (A: the defaults).
   int b_plain_probe_interval = 0, b_max_probe_interval = 0, b_calibration_context = 0,
-      b_short_context = -1, b_plain_run = -1;
+      b_short_context = -1, b_plain_run = -1, b_plain_probe_steps = 0, b_cold_plain_steps = -1,
+      b_forget_per_any_step = -1;
   bool fixed = true;
   std::vector<std::string> drafts = {"draft-mix-1m", "draft-prose-1m"};
   std::vector<std::string> domains = {"prose", "python", "c", "legal", "docs"};
@@ -91,6 +95,9 @@ int main(int argc, char** argv) {
     if (!std::strcmp(flag, "--b-calibration-context")) b_calibration_context = std::atoi(value);
     if (!std::strcmp(flag, "--b-short-context")) b_short_context = std::atoi(value);
     if (!std::strcmp(flag, "--b-plain-run")) b_plain_run = std::atoi(value);
+    if (!std::strcmp(flag, "--b-plain-probe-steps")) b_plain_probe_steps = std::atoi(value);
+    if (!std::strcmp(flag, "--b-cold-plain-steps")) b_cold_plain_steps = std::atoi(value);
+    if (!std::strcmp(flag, "--b-forget-per-any-step")) b_forget_per_any_step = std::atoi(value);
   }
   SetComputeThreads(1);
   c10::InferenceMode guard;
@@ -128,10 +135,15 @@ int main(int argc, char** argv) {
 
   // The auto arms: A with the defaults, B differing as the flags say.
   const bool ab = b_plain_probe_interval > 0 || b_max_probe_interval > 0 ||
-                  b_calibration_context > 0 || b_short_context >= 0 || b_plain_run >= 0;
+                  b_calibration_context > 0 || b_short_context >= 0 || b_plain_run >= 0 ||
+                  b_plain_probe_steps > 0 || b_cold_plain_steps >= 0 ||
+                  b_forget_per_any_step >= 0;
   SpeculationPolicyOptions b_options;
   if (b_plain_probe_interval > 0) b_options.plain_probe_interval = b_plain_probe_interval;
   if (b_max_probe_interval > 0) b_options.max_probe_interval = b_max_probe_interval;
+  if (b_plain_probe_steps > 0) b_options.plain_probe_steps = b_plain_probe_steps;
+  if (b_cold_plain_steps >= 0) b_options.cold_plain_steps = b_cold_plain_steps;
+  if (b_forget_per_any_step >= 0) b_options.forget_per_any_step = b_forget_per_any_step != 0;
   CalibrationOptions a_calibration = calibration, b_calibration = calibration;
   a_calibration.sampling = b_calibration.sampling = gen.sampling;
   if (b_calibration_context > 0) b_calibration.context = b_calibration_context;
@@ -219,6 +231,9 @@ int main(int argc, char** argv) {
           p["k"] = "auto_b";
           p["plain_probe_interval"] = b_options.plain_probe_interval;
           p["max_probe_interval"] = b_options.max_probe_interval;
+          p["plain_probe_steps"] = b_options.plain_probe_steps;
+          p["cold_plain_steps"] = b_options.cold_plain_steps;
+          p["forget_per_any_step"] = b_options.forget_per_any_step;
           p["calibration_context"] = b_calibration.context;
           p["short_context"] = b_calibration.short_context;
           p["plain_run"] = b_calibration.plain_run;

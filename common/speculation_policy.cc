@@ -22,7 +22,21 @@ SpeculationPolicy::SpeculationPolicy(const SpeculationPolicyOptions& options)
       real_n_(options.k_max + 1, 0.0),
       real_steps_(options.k_max + 1, 0),
       real_last_(options.k_max + 1, 0),
+      realized_plain_run_(options.cold_plain_steps),
+      target_plain_run_(options.cold_plain_steps),
       probe_wait_(std::max(1, options.probe_interval)) {}
+
+namespace {
+// Counts a step into `run` (plain steps since the last speculative one); true when the step
+// is a cold plain step, whose cost is not plain decoding's (cold_plain_steps).
+bool ColdPlainStep(bool plain, int cold_plain_steps, int64_t* run) {
+  if (!plain) {
+    *run = 0;
+    return false;
+  }
+  return (*run)++ < cold_plain_steps;
+}
+}  // namespace
 
 void SpeculationPolicy::ObserveStep(int drafted, int accepted) {
   if (drafted <= 0) return;
@@ -34,6 +48,7 @@ void SpeculationPolicy::ObserveTarget(int positions, double seconds, int64_t con
   if (positions < 1 || positions >= static_cast<int>(target_cost_.size()) || !(seconds > 0)) {
     return;
   }
+  if (ColdPlainStep(positions == 1, options_.cold_plain_steps, &target_plain_run_)) return;
   const double L = static_cast<double>(std::max<int64_t>(0, context));
   double& c = target_cost_[positions];
   double& slope = target_slope_[positions];
@@ -79,10 +94,16 @@ double SpeculationPolicy::CatchUpSeconds(int64_t tokens) const {
 
 void SpeculationPolicy::ObserveRealized(int k, double seconds) {
   if (k < 0 || k > options_.k_max || seconds <= 0) return;
-  real_n_[k] = real_n_[k] * decay_ + 1.0;
-  real_seconds_[k] = real_seconds_[k] * decay_ + seconds / load_;
+  ++steps_;
+  if (ColdPlainStep(k == 0, options_.cold_plain_steps, &realized_plain_run_)) return;
+  // Weight kept: per step at any length (or per step at this length: the A/B option).
+  const double kept =
+      options_.forget_per_any_step ? std::pow(decay_, static_cast<double>(steps_ - real_last_[k]))
+                                   : decay_;
+  real_n_[k] = real_n_[k] * kept + 1.0;
+  real_seconds_[k] = real_seconds_[k] * kept + seconds / load_;
   real_steps_[k]++;
-  real_last_[k] = ++steps_;
+  real_last_[k] = steps_;
 }
 
 double SpeculationPolicy::RealizedRate(int k) const {
@@ -200,13 +221,20 @@ int SpeculationPolicy::ChooseBest(const std::function<double(int)>& model, int p
   if (best > 0) {
     zero_streak_ = 0;
     probe_wait_ = std::max(1, options_.probe_interval);
+    if (plain_probe_left_ > 0) {
+      --plain_probe_left_;
+      return 0;
+    }
     if (++spec_streak_ < int64_t{std::max(1, options_.plain_probe_interval)} * probe_scale) {
       return best;
     }
+    // Plain steps now and then keep k = 0's rate current.
     spec_streak_ = 0;
-    return 0;  // a plain step now and then keeps k = 0's rate current
+    plain_probe_left_ = std::max(1, options_.plain_probe_steps) - 1;
+    return 0;
   }
   spec_streak_ = 0;
+  plain_probe_left_ = 0;
   if (++zero_streak_ < int64_t{probe_wait_} * probe_scale) return 0;
   zero_streak_ = 0;
   probe_wait_ = std::min(2 * probe_wait_, std::max(1, options_.max_probe_interval));

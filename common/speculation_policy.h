@@ -61,14 +61,33 @@ struct SpeculationPolicyOptions {
   // steps in spec_bench), so where speculation never pays the probes' share of the time is
   // about that over this wait. Default: 1024.
   int max_probe_interval = 1024;
-  // While some k > 0 wins, every plain_probe_interval-th choice is a plain step, so that
-  // plain decoding's realized cost stays measured beside the chosen length's. Its modelled
-  // cost alone can be far off (calibrated at another context length and machine state;
-  // spec_bench, docs / draft-prose-1m: 2.0 ms modelled, 1.42-1.58 ms real). A plain step
-  // amid speculation is not plain decoding: in an A/B run (spec_bench
-  // --b-plain-probe-interval), probing every 16 choices was 0.977x (median of 10 draft /
-  // domain cells; 8 of 10 below 1) of every 256. Default: 256.
+  // While some k > 0 wins, every plain_probe_interval-th choice starts a plain probe (see
+  // plain_probe_steps), so that plain decoding's realized cost stays measured beside the
+  // chosen length's. Its modelled cost alone can be far off (calibrated at another context
+  // length and machine state; spec_bench, docs / draft-prose-1m: 2.0 ms modelled, 1.42-1.58
+  // ms real). Probes cost: in an A/B run (spec_bench --b-plain-probe-interval, one-step
+  // probes), probing every 16 choices was 0.977x (median of 10 draft / domain cells; 8 of 10
+  // below 1) of every 256. Default: 256.
   int plain_probe_interval = 256;
+  // Such a plain probe runs this many plain steps in a row, so that some of them are warm
+  // (see cold_plain_steps). Default: 8.
+  int plain_probe_steps = 8;
+  // Plain steps right after a speculative step are not plain decoding: the draft's forwards
+  // have evicted the target's weights from the CPU's caches. In spec_bench (draft-mix-1m /
+  // legal) the one-position forward took 1749 / 1736 / 1579 / 1479 / 1412 us as the 1st to
+  // 5th plain step after a speculative one, 1252 us later in a run. Recorded, they made plain
+  // decoding look up to 1.4x dearer than it is, and a policy that speculated kept
+  // speculating where plain decoding was faster. So the first cold_plain_steps plain steps
+  // after a speculative step leave plain decoding's costs (its realized rate, the
+  // one-position forward, the load) as they were. Default: 4.
+  int cold_plain_steps = 4;
+  // A length's realized cost forgets with steps taken at any length, not only at it: the
+  // first steps at a length after a long stretch at others outweigh what was measured before.
+  // Forgetting only with its own steps, the length left behind kept the value it had when it
+  // lost, often a low one (its rate dipped below the other's), until many probes had
+  // replaced it: a policy then kept speculating for thousands of steps where plain decoding
+  // was 1.15x faster (spec_bench, draft-prose-1m / prose, 0.855x of plain). Default: true.
+  bool forget_per_any_step = true;
 };
 
 class SpeculationPolicy {
@@ -95,7 +114,7 @@ class SpeculationPolicy {
   // would depend on how easy the text was while it was chosen (a policy picks long blocks
   // where acceptance runs high). Lengths still without a realized cost get their modelled
   // cost scaled by the realized over modelled cost of the last speculative length measured
-  // (k = 0's before any).
+  // (k = 0's before any). Cold plain steps (cold_plain_steps) are not recorded.
   void ObserveRealized(int k, double seconds);
   // Expected tokens per second at length k from its realized cost per step; negative while
   // it has too few steps.
@@ -164,8 +183,12 @@ class SpeculationPolicy {
   std::vector<double> real_seconds_, real_n_;
   std::vector<int64_t> real_steps_;
   std::vector<int64_t> real_last_;  // steps_ at k's last realized step
-  int64_t steps_ = 0;               // realized steps observed, at any length
-  int64_t spec_streak_ = 0;         // choices of k > 0 since the last plain step
+  int64_t steps_ = 0;               // realized steps observed, at any length, cold ones too
+  int64_t spec_streak_ = 0;         // choices of k > 0 since the last plain probe
+  int plain_probe_left_ = 0;        // plain steps still to run in the current plain probe
+  // Plain steps observed since the last speculative one (ObserveRealized and ObserveTarget
+  // count apart, each its own calls); below cold_plain_steps a plain step is cold.
+  int64_t realized_plain_run_, target_plain_run_;
   // The k maximizing the rate over [0, k_max] (realized where trusted, else `model` charged
   // the measured overhead; a k > 0 must also repay the catch-up over `remaining` tokens),
   // with probes either way (waits scaled by probe_scale).
