@@ -195,6 +195,10 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--eval-every", t.eval_every_steps, "steps between evaluations")
       ->capture_default_str();
+  cmd->add_option("--catch-up-interval-ms", t.catch_up_interval_ms,
+                  "online: period of reading new buffer records, milliseconds")
+      ->check(CLI::Range(uint32_t{10}, uint32_t{600000}))
+      ->capture_default_str();
   cmd->add_option("--heldout-fraction", t.heldout_fraction, "records held out for evaluation")
       ->capture_default_str();
   cmd->add_option("--max-heldout-per-domain", t.max_heldout_per_domain,
