@@ -76,17 +76,17 @@ struct SpeculationPolicyOptions {
   // have evicted the target's weights from the CPU's caches. In spec_bench (draft-mix-1m /
   // legal) the one-position forward took 1749 / 1736 / 1579 / 1479 / 1412 us as the 1st to
   // 5th plain step after a speculative one, 1252 us later in a run. Recorded, they made plain
-  // decoding look up to 1.4x dearer than it is, and a policy that speculated kept
-  // speculating where plain decoding was faster. So the first cold_plain_steps plain steps
-  // after a speculative step leave plain decoding's costs (its realized rate, the
-  // one-position forward, the load) as they were. Default: 4.
+  // decoding look up to 1.4x dearer than it is to a policy that was speculating. So the
+  // first cold_plain_steps plain steps after a speculative step leave plain decoding's costs
+  // (its realized rate, the one-position forward, the load) as they were. Default: 4.
   int cold_plain_steps = 4;
   // A length's realized cost forgets with steps taken at any length, not only at it: the
   // first steps at a length after a long stretch at others outweigh what was measured before.
   // Forgetting only with its own steps, the length left behind kept the value it had when it
   // lost, often a low one (its rate dipped below the other's), until many probes had
-  // replaced it: a policy then kept speculating for thousands of steps where plain decoding
-  // was 1.15x faster (spec_bench, draft-prose-1m / prose, 0.855x of plain). Default: true.
+  // replaced it (spec_bench, draft-prose-1m / prose: speculating at k_mean 1.40, 0.855x of
+  // plain, with cold plain steps already left out). Three A/B runs are in the README.
+  // Default: true.
   bool forget_per_any_step = true;
 };
 
