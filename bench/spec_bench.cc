@@ -67,8 +67,8 @@ int main(int argc, char** argv) {
   std::string shared = SPECLOOP_SHARED_DIR;
   int n_prompts = 5, max_tokens = 64, reps = 5;
   float temperature = 0.0f;
-  // The auto_b arm (none unless one of these is given): its plain_probe_interval, its
-  // max_probe_interval and its calibration (A: the defaults).
+  // The auto_b arm (none unless one of these is given): its policy options and its
+  // calibration (A: the defaults).
   int b_plain_probe_interval = 0, b_max_probe_interval = 0, b_calibration_context = 0,
       b_short_context = -1, b_plain_run = -1, b_plain_probe_steps = 0, b_cold_plain_steps = -1,
       b_forget_per_any_step = -1;

@@ -27,7 +27,8 @@ struct GateOptions {
   // little traffic as much as it gains where the traffic is. In faster_over_time (full mode)
   // learning c cost the domains without traffic then (python, docs, prose) 0.03-0.06 of
   // held-out alpha, and at the fixed tolerance alone ten candidates in a row that gained
-  // +0.04 to +0.19 overall were refused for one of those falls (six for python's): c kept its phase-start draft for 35 of its 40 windows and ended +0.11 over the static arm,
+  // +0.04 to +0.19 overall were refused for one of those falls (six for python's): c kept
+  // its phase-start draft for 35 of its 40 windows and ended +0.11 over the static arm,
   // against +0.26-0.28 in runs where it did not. At 0.5 the same wait was 16 windows, at 1
   // 10. Each version may cost an idle domain this much, so over many versions the replay of
   // old domains (DESIGN.md section 6), not the gate, is what keeps them. Default: 1.

@@ -171,7 +171,7 @@ TEST(SpeculationPolicy, PlainStepsNowAndThenWhileSpeculationWins) {
 // (speculation wins), then 0.45, where plain decoding wins (k = 1: 1.45 tokens in 1.7 s,
 // 0.85 tokens/s against 1). Probes of 8 plain steps whose first 4 are not recorded measure
 // plain decoding warm, and the policy turns speculation off; the companion, one-step probes
-// recorded as they come (the old policy), sees plain decoding only cold (1 / 1.6 tokens/s)
+// recorded as they come (the old probes), sees plain decoding only cold (1 / 1.6 tokens/s)
 // and keeps speculating. The test tells the two apart.
 TEST(SpeculationPolicy, ColdPlainStepsDoNotKeepSpeculationOn) {
   auto run = [](int plain_probe_steps, int cold_plain_steps) {
@@ -208,8 +208,9 @@ TEST(SpeculationPolicy, ColdPlainStepsDoNotKeepSpeculationOn) {
 }
 
 // A length's realized cost forgets with steps at any length: plain steps of 1 s, then 300
-// steps at k = 1, then four plain steps of 2 s. The four outweigh the old ones (2 s within
-// 10%); forgetting only with a length's own steps (the companion) keeps most of the old 1 s.
+// steps at k = 1, then plain steps of 2 s, four recorded after the cold ones. The four
+// outweigh the old ones (2 s within 10%); forgetting only with a length's own steps (the
+// companion) keeps most of the old 1 s.
 TEST(SpeculationPolicy, RealizedCostsForgetWithStepsAtAnyLength) {
   auto plain_seconds = [](bool forget_per_any_step) {
     SpeculationPolicyOptions o;
