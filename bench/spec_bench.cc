@@ -14,7 +14,7 @@
 // A/B of the policy (new vs old in one run): `--b-plain-probe-interval N`,
 // `--b-max-probe-interval N` (its longest wait between probes at k = 0),
 // `--b-plain-probe-steps N` and `--b-cold-plain-steps N` (plain probes amid speculation),
-// `--b-forget-per-any-step 0|1`,
+// `--b-forget-per-any-step 0|1`, `--b-count-switch-cost 0|1`,
 // `--b-calibration-context N`, `--b-short-context N` (0: calibrate at one context, costs
 // flat in the context) or `--b-plain-run N` (0: plain forwards timed in the rounds) adds a
 // second auto arm, "auto_b", whose policy differs in that only ("auto_b_vs_plain",
@@ -23,6 +23,7 @@
 //                   [--drafts a,b] [--domains a,b] [--b-plain-probe-interval N]
 //                   [--b-max-probe-interval N] [--b-plain-probe-steps N]
 //                   [--b-cold-plain-steps N] [--b-forget-per-any-step 0|1]
+//                   [--b-count-switch-cost 0|1]
 //                   [--b-calibration-context N] [--b-short-context N] [--b-plain-run N]
 //                   [--no-fixed]
 #include <algorithm>
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
   // calibration (A: the defaults).
   int b_plain_probe_interval = 0, b_max_probe_interval = 0, b_calibration_context = 0,
       b_short_context = -1, b_plain_run = -1, b_plain_probe_steps = 0, b_cold_plain_steps = -1,
-      b_forget_per_any_step = -1;
+      b_forget_per_any_step = -1, b_count_switch_cost = -1;
   bool fixed = true;
   std::vector<std::string> drafts = {"draft-mix-1m", "draft-prose-1m"};
   std::vector<std::string> domains = {"prose", "python", "c", "legal", "docs"};
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(flag, "--b-plain-probe-steps")) b_plain_probe_steps = std::atoi(value);
     if (!std::strcmp(flag, "--b-cold-plain-steps")) b_cold_plain_steps = std::atoi(value);
     if (!std::strcmp(flag, "--b-forget-per-any-step")) b_forget_per_any_step = std::atoi(value);
+    if (!std::strcmp(flag, "--b-count-switch-cost")) b_count_switch_cost = std::atoi(value);
   }
   SetComputeThreads(1);
   c10::InferenceMode guard;
@@ -137,13 +139,14 @@ int main(int argc, char** argv) {
   const bool ab = b_plain_probe_interval > 0 || b_max_probe_interval > 0 ||
                   b_calibration_context > 0 || b_short_context >= 0 || b_plain_run >= 0 ||
                   b_plain_probe_steps > 0 || b_cold_plain_steps >= 0 ||
-                  b_forget_per_any_step >= 0;
+                  b_forget_per_any_step >= 0 || b_count_switch_cost >= 0;
   SpeculationPolicyOptions b_options;
   if (b_plain_probe_interval > 0) b_options.plain_probe_interval = b_plain_probe_interval;
   if (b_max_probe_interval > 0) b_options.max_probe_interval = b_max_probe_interval;
   if (b_plain_probe_steps > 0) b_options.plain_probe_steps = b_plain_probe_steps;
   if (b_cold_plain_steps >= 0) b_options.cold_plain_steps = b_cold_plain_steps;
   if (b_forget_per_any_step >= 0) b_options.forget_per_any_step = b_forget_per_any_step != 0;
+  if (b_count_switch_cost >= 0) b_options.count_switch_cost = b_count_switch_cost != 0;
   CalibrationOptions a_calibration = calibration, b_calibration = calibration;
   a_calibration.sampling = b_calibration.sampling = gen.sampling;
   if (b_calibration_context > 0) b_calibration.context = b_calibration_context;
@@ -181,11 +184,15 @@ int main(int argc, char** argv) {
       calibrate_and_warm_up(&policy, a_calibration);
       if (ab) calibrate_and_warm_up(&policy_b, b_calibration);
       for (int rep = 0; rep < reps; ++rep) {
-        // Every length on each prompt in turn, so that a rep's rates share the machine's state.
+        // Every length on each prompt in turn, so that a rep's rates share the machine's state;
+        // the order rotates from prompt to prompt, so that no length always runs first or
+        // right after the same one.
         std::map<int, double> seconds;
         std::map<int, int64_t> tokens;
+        size_t turn = rep;
         for (const auto& prompt : prompts[domain]) {
-          for (int k : ks) {
+          for (size_t j = 0; j < ks.size(); ++j) {
+            const int k = ks[(j + turn) % ks.size()];
             GenerateResult r;
             if (k == 0) {
               r = GeneratePlain(*target, prompt, gen);
@@ -206,6 +213,7 @@ int main(int argc, char** argv) {
             seconds[k] += r.decode_seconds;
             tokens[k] += r.tokens.size() - (k == 0 ? 1 : 0);
           }
+          ++turn;
         }
         for (int k : ks) tps[k].push_back(tokens[k] / seconds[k]);
       }
@@ -234,6 +242,7 @@ int main(int argc, char** argv) {
           p["plain_probe_steps"] = b_options.plain_probe_steps;
           p["cold_plain_steps"] = b_options.cold_plain_steps;
           p["forget_per_any_step"] = b_options.forget_per_any_step;
+          p["count_switch_cost"] = b_options.count_switch_cost;
           p["calibration_context"] = b_calibration.context;
           p["short_context"] = b_calibration.short_context;
           p["plain_run"] = b_calibration.plain_run;

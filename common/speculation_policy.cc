@@ -87,6 +87,10 @@ void SpeculationPolicy::ObserveCatchUp(int64_t tokens, double seconds) {
   catch_up_n_ = catch_up_n_ * decay_ + static_cast<double>(tokens);
 }
 
+double SpeculationPolicy::SwitchSeconds() const {
+  return switch_n_ > 0 ? load_ * switch_s_ / switch_n_ : 0.0;
+}
+
 double SpeculationPolicy::CatchUpSeconds(int64_t tokens) const {
   if (tokens <= 0 || catch_up_n_ <= 0) return 0.0;
   return std::max(draft_seconds_per_token(), load_ * catch_up_s_ / catch_up_n_ * tokens);
@@ -95,7 +99,16 @@ double SpeculationPolicy::CatchUpSeconds(int64_t tokens) const {
 void SpeculationPolicy::ObserveRealized(int k, double seconds) {
   if (k < 0 || k > options_.k_max || seconds <= 0) return;
   ++steps_;
-  if (ColdPlainStep(k == 0, options_.cold_plain_steps, &realized_plain_run_)) return;
+  if (ColdPlainStep(k == 0, options_.cold_plain_steps, &realized_plain_run_)) {
+    // Its excess over a warm plain step; a run's whole excess once its last cold step is in.
+    if (real_n_[0] > 0) cold_excess_ += seconds / load_ - real_seconds_[0] / real_n_[0];
+    if (realized_plain_run_ == options_.cold_plain_steps && real_n_[0] > 0) {
+      switch_s_ = switch_s_ * decay_ + std::max(0.0, cold_excess_);
+      switch_n_ = switch_n_ * decay_ + 1.0;
+    }
+    return;
+  }
+  if (k > 0) cold_excess_ = 0;
   // Weight kept: per step at any length (or per step at this length: the A/B option).
   const double kept =
       options_.forget_per_any_step ? std::pow(decay_, static_cast<double>(steps_ - real_last_[k]))
@@ -213,11 +226,15 @@ int SpeculationPolicy::ChooseBest(const std::function<double(int)>& model, int p
       best_spec_rate = r;
     }
   }
-  // Speculating now first pays the catch-up; the rest of the sequence must repay it.
-  if (best > 0 && remaining > 0 && catch_up_tokens > 0 && plain_rate > 0) {
+  // Speculating now first pays the catch-up and, coming from plain decoding, the cold plain
+  // steps when it ends; the rest of the sequence must repay them.
+  if (best > 0 && remaining > 0 && plain_rate > 0) {
     const double n = static_cast<double>(remaining);  // best_rate > plain_rate > 0
-    if (CatchUpSeconds(catch_up_tokens) >= n / plain_rate - n / best_rate) best = 0;
+    double owed = CatchUpSeconds(catch_up_tokens);
+    if (options_.count_switch_cost && !speculating_) owed += SwitchSeconds();
+    if (owed > 0 && owed >= n / plain_rate - n / best_rate) best = 0;
   }
+  speculating_ = best > 0;
   if (best > 0) {
     zero_streak_ = 0;
     probe_wait_ = std::max(1, options_.probe_interval);

@@ -88,6 +88,15 @@ struct SpeculationPolicyOptions {
   // plain, with cold plain steps already left out). Three A/B runs are in the README.
   // Default: true.
   bool forget_per_any_step = true;
+  // A switch from plain decoding to speculation costs more than the draft's catch-up: when
+  // speculation ends, the cold plain steps (see cold_plain_steps) run slower than warm ones.
+  // The policy measures that excess (cold plain steps' seconds over warm plain decoding's)
+  // and, coming from plain decoding, speculates only where the time saved over the tokens the
+  // sequence has left repays the catch-up and that excess. Near a tie, estimates that cross
+  // with noise otherwise switch back and forth, paying both each time (spec_bench, docs /
+  // draft-prose-1m: switches at estimated gains of 0.1-5% over plain, a few speculative
+  // steps each). Default: true.
+  bool count_switch_cost = true;
 };
 
 class SpeculationPolicy {
@@ -121,9 +130,10 @@ class SpeculationPolicy {
   double RealizedRate(int k) const;
 
   // The k with the highest expected tokens per second; 0 when speculation does not pay (but
-  // see probe_interval), counting the draft's catch-up on `catch_up_tokens` tokens against
-  // the time saved over the `remaining` tokens the sequence may still emit (remaining <= 0:
-  // unknown, the catch-up is not counted), with target costs at `context` cached tokens.
+  // see probe_interval), counting the draft's catch-up on `catch_up_tokens` tokens (and,
+  // coming from plain decoding, the switch's cost: count_switch_cost) against the time saved
+  // over the `remaining` tokens the sequence may still emit (remaining <= 0: unknown, neither
+  // is counted), with target costs at `context` cached tokens.
   // Before any target or draft cost is known: k_max / 2.
   int ChooseK(int64_t catch_up_tokens = 0, int64_t remaining = 0, int64_t context = 0);
 
@@ -132,6 +142,9 @@ class SpeculationPolicy {
   // (1 at start).
   double load() const { return load_; }
   double draft_seconds_per_token() const;
+  // Measured excess, in seconds, of the cold plain steps after speculation over warm plain
+  // steps (see count_switch_cost); 0 before any was measured.
+  double SwitchSeconds() const;
   // Expected seconds of the draft's catch-up on `tokens` tokens: the observed seconds per
   // caught-up token times `tokens`, and at least one draft forward; 0 before any catch-up or
   // draft cost is known.
@@ -189,6 +202,9 @@ class SpeculationPolicy {
   // Plain steps observed since the last speculative one (ObserveRealized and ObserveTarget
   // count apart, each its own calls); below cold_plain_steps a plain step is cold.
   int64_t realized_plain_run_, target_plain_run_;
+  double cold_excess_ = 0;               // the current run of cold plain steps' excess so far
+  double switch_s_ = 0, switch_n_ = 0;   // decayed sums of whole runs' excess, and of runs
+  bool speculating_ = false;             // the last choice, probes aside, was some k > 0
   // The k maximizing the rate over [0, k_max] (realized where trusted, else `model` charged
   // the measured overhead; a k > 0 must also repay the catch-up over `remaining` tokens),
   // with probes either way (waits scaled by probe_scale).
