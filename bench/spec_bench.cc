@@ -14,7 +14,7 @@
 // A/B of the policy (new vs old in one run): `--b-plain-probe-interval N`,
 // `--b-max-probe-interval N` (its longest wait between probes at k = 0),
 // `--b-plain-probe-steps N` and `--b-cold-plain-steps N` (plain probes amid speculation),
-// `--b-forget-per-any-step 0|1`, `--b-count-switch-cost 0|1`,
+// `--b-forget-per-any-step 0|1`, `--b-count-switch-cost 0|1`, `--b-repay-confidence Z`,
 // `--b-calibration-context N`, `--b-short-context N` (0: calibrate at one context, costs
 // flat in the context) or `--b-plain-run N` (0: plain forwards timed in the rounds) adds a
 // second auto arm, "auto_b", whose policy differs in that only ("auto_b_vs_plain",
@@ -23,7 +23,7 @@
 //                   [--drafts a,b] [--domains a,b] [--b-plain-probe-interval N]
 //                   [--b-max-probe-interval N] [--b-plain-probe-steps N]
 //                   [--b-cold-plain-steps N] [--b-forget-per-any-step 0|1]
-//                   [--b-count-switch-cost 0|1]
+//                   [--b-count-switch-cost 0|1] [--b-repay-confidence Z]
 //                   [--b-calibration-context N] [--b-short-context N] [--b-plain-run N]
 //                   [--no-fixed]
 #include <algorithm>
@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   int b_plain_probe_interval = 0, b_max_probe_interval = 0, b_calibration_context = 0,
       b_short_context = -1, b_plain_run = -1, b_plain_probe_steps = 0, b_cold_plain_steps = -1,
       b_forget_per_any_step = -1, b_count_switch_cost = -1;
+  double b_repay_confidence = -1;
   bool fixed = true;
   std::vector<std::string> drafts = {"draft-mix-1m", "draft-prose-1m"};
   std::vector<std::string> domains = {"prose", "python", "c", "legal", "docs"};
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(flag, "--b-cold-plain-steps")) b_cold_plain_steps = std::atoi(value);
     if (!std::strcmp(flag, "--b-forget-per-any-step")) b_forget_per_any_step = std::atoi(value);
     if (!std::strcmp(flag, "--b-count-switch-cost")) b_count_switch_cost = std::atoi(value);
+    if (!std::strcmp(flag, "--b-repay-confidence")) b_repay_confidence = std::atof(value);
   }
   SetComputeThreads(1);
   c10::InferenceMode guard;
@@ -139,7 +141,8 @@ int main(int argc, char** argv) {
   const bool ab = b_plain_probe_interval > 0 || b_max_probe_interval > 0 ||
                   b_calibration_context > 0 || b_short_context >= 0 || b_plain_run >= 0 ||
                   b_plain_probe_steps > 0 || b_cold_plain_steps >= 0 ||
-                  b_forget_per_any_step >= 0 || b_count_switch_cost >= 0;
+                  b_forget_per_any_step >= 0 || b_count_switch_cost >= 0 ||
+                  b_repay_confidence >= 0;
   SpeculationPolicyOptions b_options;
   if (b_plain_probe_interval > 0) b_options.plain_probe_interval = b_plain_probe_interval;
   if (b_max_probe_interval > 0) b_options.max_probe_interval = b_max_probe_interval;
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
   if (b_cold_plain_steps >= 0) b_options.cold_plain_steps = b_cold_plain_steps;
   if (b_forget_per_any_step >= 0) b_options.forget_per_any_step = b_forget_per_any_step != 0;
   if (b_count_switch_cost >= 0) b_options.count_switch_cost = b_count_switch_cost != 0;
+  if (b_repay_confidence >= 0) b_options.repay_confidence = b_repay_confidence;
   CalibrationOptions a_calibration = calibration, b_calibration = calibration;
   a_calibration.sampling = b_calibration.sampling = gen.sampling;
   if (b_calibration_context > 0) b_calibration.context = b_calibration_context;
@@ -243,6 +247,7 @@ int main(int argc, char** argv) {
           p["cold_plain_steps"] = b_options.cold_plain_steps;
           p["forget_per_any_step"] = b_options.forget_per_any_step;
           p["count_switch_cost"] = b_options.count_switch_cost;
+          p["repay_confidence"] = b_options.repay_confidence;
           p["calibration_context"] = b_calibration.context;
           p["short_context"] = b_calibration.short_context;
           p["plain_run"] = b_calibration.plain_run;

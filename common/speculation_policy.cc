@@ -20,6 +20,7 @@ SpeculationPolicy::SpeculationPolicy(const SpeculationPolicyOptions& options)
       target_known_(options.k_max + 2, false),
       real_seconds_(options.k_max + 1, 0.0),
       real_n_(options.k_max + 1, 0.0),
+      real_w2_(options.k_max + 1, 0.0),
       real_steps_(options.k_max + 1, 0),
       real_last_(options.k_max + 1, 0),
       realized_plain_run_(options.cold_plain_steps),
@@ -113,7 +114,14 @@ void SpeculationPolicy::ObserveRealized(int k, double seconds) {
   const double kept =
       options_.forget_per_any_step ? std::pow(decay_, static_cast<double>(steps_ - real_last_[k]))
                                    : decay_;
+  if (real_n_[k] > 0 && real_seconds_[k] > 0) {  // its deviation from its length's mean
+    const double mean = real_seconds_[k] / real_n_[k];
+    const double d = (seconds / load_ - mean) / mean;
+    spread_s_ = spread_s_ * decay_ + d * d;
+    spread_n_ = spread_n_ * decay_ + 1.0;
+  }
   real_n_[k] = real_n_[k] * kept + 1.0;
+  real_w2_[k] = real_w2_[k] * kept * kept + 1.0;
   real_seconds_[k] = real_seconds_[k] * kept + seconds / load_;
   real_steps_[k]++;
   real_last_[k] = steps_;
@@ -122,6 +130,12 @@ void SpeculationPolicy::ObserveRealized(int k, double seconds) {
 double SpeculationPolicy::RealizedRate(int k) const {
   if (k < 0 || k > options_.k_max || real_steps_[k] < options_.min_realized_steps) return -1.0;
   return spec::ExpectedTokensPerStep(alpha(), k) * real_n_[k] / (real_seconds_[k] * load_);
+}
+
+double SpeculationPolicy::RealizedRateError(int k) const {
+  if (k < 0 || k > options_.k_max || real_w2_[k] <= 0 || spread_n_ <= 0) return 0.0;
+  const double n_eff = real_n_[k] * real_n_[k] / real_w2_[k];
+  return std::sqrt(spread_s_ / spread_n_ / n_eff);
 }
 
 void SpeculationPolicy::SeedTarget(int positions, double seconds, int64_t context,
@@ -227,12 +241,17 @@ int SpeculationPolicy::ChooseBest(const std::function<double(int)>& model, int p
     }
   }
   // Speculating now first pays the catch-up and, coming from plain decoding, the cold plain
-  // steps when it ends; the rest of the sequence must repay them.
+  // steps when it ends; the rest of the sequence must repay them, at rates taken
+  // repay_confidence standard errors against speculation.
   if (best > 0 && remaining > 0 && plain_rate > 0) {
-    const double n = static_cast<double>(remaining);  // best_rate > plain_rate > 0
+    const double n = static_cast<double>(remaining);
     double owed = CatchUpSeconds(catch_up_tokens);
     if (options_.count_switch_cost && !speculating_) owed += SwitchSeconds();
-    if (owed > 0 && owed >= n / plain_rate - n / best_rate) best = 0;
+    const double z = options_.repay_confidence;
+    auto error = [&](int k) { return realized[k] >= 0 ? z * RealizedRateError(k) : 0.0; };
+    const double spec_low = best_rate * (1.0 - error(best));
+    const double plain_high = plain_rate * (1.0 + error(0));
+    if (owed > 0 && (spec_low <= plain_high || owed >= n / plain_high - n / spec_low)) best = 0;
   }
   speculating_ = best > 0;
   if (best > 0) {

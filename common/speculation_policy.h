@@ -17,7 +17,9 @@
 // choice still speculates so that acceptance keeps being measured (it may recover, e.g. after
 // a new draft). A sequence whose draft has fallen behind (its prompt, tokens decoded plainly,
 // a swapped draft: Proposer::CatchUpTokens) first pays the draft's catch-up; it switches to
-// speculation only where the time saved over the tokens it has left repays that:
+// speculation only where the time saved over the tokens it has left repays that (and, coming
+// from plain decoding, the cold plain steps that end speculation: count_switch_cost), with
+// rates taken a standard error against speculation (repay_confidence):
 //
 //   catch_up_seconds + remaining / rate(k) < remaining / rate(0)
 //
@@ -97,6 +99,18 @@ struct SpeculationPolicyOptions {
   // draft-prose-1m: switches at estimated gains of 0.1-5% over plain, a few speculative
   // steps each). Default: true.
   bool count_switch_cost = true;
+  // Where speculating now owes something (a catch-up, a switch's cost), the gain that must
+  // repay it is taken at this many standard errors against speculation: the chosen length's
+  // realized rate that many below its estimate, plain decoding's that many above. A step's
+  // time varies (a shared machine), and the rates are means over few recent steps (plain
+  // decoding's, while speculating, over the few warm steps of a plain probe), so a gain that
+  // repays a catch-up is often noise; a choice among noisy rates picks those that erred
+  // upwards. Traced on spec_bench (draft-mix-1m / prose): a realized k = 1 step 1.7% ahead of
+  // plain, estimated 4-14% ahead where it paid a prompt's catch-up (~3 ms, 4% of a 64-token
+  // request). A standard error is the relative spread of recent steps (any length, around
+  // their length's mean) over the square root of the length's effective number of steps; the
+  // spread of acceptance is left out. 0: point estimates. Default: 1.
+  double repay_confidence = 1.0;
 };
 
 class SpeculationPolicy {
@@ -128,6 +142,9 @@ class SpeculationPolicy {
   // Expected tokens per second at length k from its realized cost per step; negative while
   // it has too few steps.
   double RealizedRate(int k) const;
+  // The relative standard error of RealizedRate(k) (see repay_confidence); 0 before any
+  // spread was measured.
+  double RealizedRateError(int k) const;
 
   // The k with the highest expected tokens per second; 0 when speculation does not pay (but
   // see probe_interval), counting the draft's catch-up on `catch_up_tokens` tokens (and,
@@ -194,6 +211,8 @@ class SpeculationPolicy {
   double catch_up_s_ = 0, catch_up_n_ = 0;
   // Realized cost per k: decayed sums of seconds and of steps, and steps seen.
   std::vector<double> real_seconds_, real_n_;
+  std::vector<double> real_w2_;        // decayed sum of the squared weights (effective steps)
+  double spread_s_ = 0, spread_n_ = 0;  // decayed sums of steps' squared relative deviations
   std::vector<int64_t> real_steps_;
   std::vector<int64_t> real_last_;  // steps_ at k's last realized step
   int64_t steps_ = 0;               // realized steps observed, at any length, cold ones too
