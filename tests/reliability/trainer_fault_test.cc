@@ -86,13 +86,15 @@ TEST(TrainerFault, KilledDuringTrainingResumesFromLatest) {
   ASSERT_TRUE(WaitFor([&] { return ScrapeMetric(u.trainer_metrics, steps) >= steps_then + 2; },
                       60))
       << up.Output();
+  ASSERT_EQ(kill(std::stoi(train_pid), SIGKILL), 0);
+  ASSERT_FALSE(up.WaitForLine("train killed by signal 9", 20, &at).empty()) << up.Output();
+  // Read once the trainer is dead: it publishes every few steps, so a `latest` read before
+  // the kill may already be one version behind.
   std::string latest;
   ASSERT_TRUE(ReadFileToString(u.data + "/checkpoints/latest", &latest).ok());
   while (!latest.empty() && latest.back() == '\n') latest.pop_back();
   uint64_t latest_version = 0;
   ASSERT_TRUE(ParseVersionDirName(latest, &latest_version)) << latest;
-  ASSERT_EQ(kill(std::stoi(train_pid), SIGKILL), 0);
-  ASSERT_FALSE(up.WaitForLine("train killed by signal 9", 20, &at).empty()) << up.Output();
 
   // The new trainer resumes from `latest`, the worker follows it, and the next version the
   // trainer publishes continues the numbering.

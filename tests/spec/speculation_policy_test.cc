@@ -241,60 +241,76 @@ TEST(SpeculationPolicy, SpeculatesFromPlainOnlyWhereTheRestRepaysTheColdSteps) {
   EXPECT_EQ(policy(false).ChooseK(0, 5), 1);
 }
 
-// A near tie, as on spec_bench's docs cells: plain steps of 1 s (cold ones as above), k = 1
-// at 1.55 s with acceptance 0.56 (1.006 tokens/s), longer blocks slower, every step's time
-// +-20%; requests of 64 tokens. Estimates cross with noise (a fixed seed), and every switch
-// from plain decoding loses its cold steps. Counting the switch's cost (which, owed, is then
-// repaid only beyond one standard error: repay_confidence), the policy switches 18 times in
-// 300 requests and runs at 0.998x of plain; the companion without switches 221 times and
-// runs at 0.981x. The test tells the two apart.
-TEST(SpeculationPolicy, NearATieSwitchesDoNotCostTheColdStepsEachTime) {
-  struct Outcome {
-    double tokens_per_second;
-    int switches;  // from plain decoding to speculation, after the warm-up
+// A simulated world near a tie, as on spec_bench's docs and prose cells: plain steps of 1 s
+// (1.6 / 1.5 / 1.35 / 1.15 s as the 1st to 4th after a speculative step), a forward of n
+// positions 1 + 0.35 (n - 1) s, a draft token 0.2 s, every step's time +-20% (a shared
+// machine), acceptances Bernoulli(`acceptance`), a fixed seed; 400 requests of 64 tokens, the
+// first 100 a warm-up. With `prompt` > 0 the draft first catches up on each request's prompt
+// of that many tokens (and on tokens decoded plainly since it last ran), at 0.03 s a token.
+struct NearTieOutcome {
+  double tokens_per_second;  // after the warm-up
+  int switches;              // from plain decoding to speculation, after the warm-up
+};
+NearTieOutcome RunNearTie(const SpeculationPolicyOptions& o, double acceptance,
+                          int64_t prompt) {
+  SpeculationPolicy p(o);
+  auto target = [](int n) { return 1.0 + 0.35 * (n - 1); };
+  for (int n = 1; n <= o.k_max + 1; ++n) p.SeedTarget(n, target(n));
+  p.SeedDraft(0.2);
+  const double cold[] = {1.6, 1.5, 1.35, 1.15};
+  uint64_t x = 12345;  // a fixed LCG
+  auto uniform = [&x] {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(x >> 33) / 2147483648.0;
   };
-  auto run = [](bool count_switch_cost) {
-    SpeculationPolicyOptions o;
-    o.count_switch_cost = count_switch_cost;
-    SpeculationPolicy p(o);
-    auto target = [](int n) { return 1.0 + 0.35 * (n - 1); };
-    for (int n = 1; n <= o.k_max + 1; ++n) p.SeedTarget(n, target(n));
-    p.SeedDraft(0.2);
-    const double cold[] = {1.6, 1.5, 1.35, 1.15};
-    uint64_t x = 12345;  // a fixed LCG
-    auto uniform = [&x] {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      return static_cast<double>(x >> 33) / 2147483648.0;
-    };
-    int plain_run = 4;  // plain steps since the last speculative one
-    double seconds = 0, tokens = 0;
-    int switches = 0, last_k = 0;
-    for (int request = 0; request < 400; ++request) {
-      for (int left = 64; left > 0;) {
-        const int k = p.ChooseK(0, left);
-        int accepted = 0;
-        while (accepted < k && uniform() < 0.56) ++accepted;
-        plain_run = k == 0 ? plain_run + 1 : 0;
-        if (k > 0 && last_k == 0 && request >= 100) ++switches;
-        last_k = k;
-        // Steps' times vary by +-20% (a shared machine).
-        const double forward = (k == 0 && plain_run <= 4 ? cold[plain_run - 1] : target(k + 1)) *
-                               (0.8 + 0.4 * uniform());
-        p.ObserveRealized(k, 0.2 * k + forward);
-        p.ObserveTarget(k + 1, forward);
-        if (k > 0) p.ObserveDraft(k, 0.2 * k);
-        p.ObserveStep(k, accepted);
-        const int emitted = std::min(left, accepted + 1);
-        left -= emitted;
-        if (request >= 100) {  // after a warm-up
-          seconds += 0.2 * k + forward;
-          tokens += emitted;
-        }
+  int plain_run = 4;  // plain steps since the last speculative one
+  double seconds = 0, tokens = 0;
+  int switches = 0, last_k = 0;
+  for (int request = 0; request < 400; ++request) {
+    int64_t behind = prompt;  // tokens the draft has not seen
+    for (int left = 64; left > 0;) {
+      const int k = p.ChooseK(behind, left);
+      double step = 0;
+      if (k > 0 && behind > 0) {
+        p.ObserveCatchUp(behind, 0.03 * behind);
+        step += 0.03 * behind;
+        behind = 0;
+      }
+      int accepted = 0;
+      while (accepted < k && uniform() < acceptance) ++accepted;
+      plain_run = k == 0 ? plain_run + 1 : 0;
+      if (k > 0 && last_k == 0 && request >= 100) ++switches;
+      last_k = k;
+      const double forward = (k == 0 && plain_run <= 4 ? cold[plain_run - 1] : target(k + 1)) *
+                             (0.8 + 0.4 * uniform());
+      p.ObserveRealized(k, 0.2 * k + forward);
+      p.ObserveTarget(k + 1, forward);
+      if (k > 0) p.ObserveDraft(k, 0.2 * k);
+      p.ObserveStep(k, accepted);
+      step += 0.2 * k + forward;
+      const int emitted = std::min(left, accepted + 1);
+      if (k == 0 && prompt > 0) behind += emitted;
+      left -= emitted;
+      if (request >= 100) {
+        seconds += step;
+        tokens += emitted;
       }
     }
-    return Outcome{tokens / seconds, switches};
-  };
-  const Outcome with = run(true), without = run(false);
+  }
+  return {tokens / seconds, switches};
+}
+
+// The near tie with no catch-up: k = 1 with acceptance 0.56 makes 1.006 tokens/s against
+// plain's 1. Estimates cross with noise, and every switch from plain decoding loses its cold
+// steps. Counting the switch's cost (which, owed, is then repaid only beyond one standard
+// error: repay_confidence), the policy switches 18 times in 300 requests and runs at 0.998x
+// of plain; the companion without switches 221 times and runs at 0.981x. The test tells the
+// two apart.
+TEST(SpeculationPolicy, NearATieSwitchesDoNotCostTheColdStepsEachTime) {
+  SpeculationPolicyOptions o;
+  const NearTieOutcome with = RunNearTie(o, 0.56, 0);
+  o.count_switch_cost = false;
+  const NearTieOutcome without = RunNearTie(o, 0.56, 0);
   EXPECT_GE(with.tokens_per_second, 0.99);
   EXPECT_LT(without.tokens_per_second, with.tokens_per_second - 0.005);
   EXPECT_LT(with.switches, without.switches * 2 / 3);
@@ -313,62 +329,16 @@ TEST(SpeculationPolicy, RealizedRateErrorFollowsTheSpreadAndTheSteps) {
   EXPECT_NEAR(p.RealizedRateError(1), 0.1, 0.01);
 }
 
-// A near tie that owes a catch-up: plain steps of 1 s (cold ones as above), k = 1 at 1.55 s
-// with acceptance 0.576 (1.7% more tokens per second than plain), longer blocks slower, every
-// step's time +-20%; requests of 64 tokens, each of whose prompts the draft must first catch
-// up on (100 tokens, 3 s: 4.7% of a plain request). The gain per step never repays the
-// catch-up, but noisy estimates often say it does. At one standard error
-// (repay_confidence = 1) the policy runs at 0.995x of plain; on point estimates (0, the
-// companion) at 0.985x. The test tells the two apart.
+// The near tie owing a catch-up: k = 1 with acceptance 0.576 makes 1.7% more tokens per
+// second than plain, and each request's prompt (100 tokens) costs the draft 3 s, 4.7% of a
+// plain request. The gain per step never repays it, but noisy estimates often say it does.
+// At one standard error (repay_confidence = 1) the policy runs at 0.995x of plain; on point
+// estimates (0, the companion) at 0.985x. The test tells the two apart.
 TEST(SpeculationPolicy, ACatchUpIsPaidOnlyForAGainBeyondTheNoise) {
-  auto run = [](double repay_confidence) {
-    SpeculationPolicyOptions o;
-    o.repay_confidence = repay_confidence;
-    SpeculationPolicy p(o);
-    auto target = [](int n) { return 1.0 + 0.35 * (n - 1); };
-    for (int n = 1; n <= o.k_max + 1; ++n) p.SeedTarget(n, target(n));
-    p.SeedDraft(0.2);
-    const double cold[] = {1.6, 1.5, 1.35, 1.15};
-    uint64_t x = 12345;  // a fixed LCG
-    auto uniform = [&x] {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      return static_cast<double>(x >> 33) / 2147483648.0;
-    };
-    int plain_run = 4;  // plain steps since the last speculative one
-    double seconds = 0, tokens = 0;
-    for (int request = 0; request < 400; ++request) {
-      int64_t behind = 100;  // tokens the draft has not seen
-      for (int left = 64; left > 0;) {
-        const int k = p.ChooseK(behind, left);
-        double step = 0;
-        if (k > 0 && behind > 0) {
-          const double catch_up = 0.03 * behind;
-          p.ObserveCatchUp(behind, catch_up);
-          step += catch_up;
-          behind = 0;
-        }
-        int accepted = 0;
-        while (accepted < k && uniform() < 0.576) ++accepted;
-        plain_run = k == 0 ? plain_run + 1 : 0;
-        const double forward = (k == 0 && plain_run <= 4 ? cold[plain_run - 1] : target(k + 1)) *
-                               (0.8 + 0.4 * uniform());
-        p.ObserveRealized(k, 0.2 * k + forward);
-        p.ObserveTarget(k + 1, forward);
-        if (k > 0) p.ObserveDraft(k, 0.2 * k);
-        p.ObserveStep(k, accepted);
-        step += 0.2 * k + forward;
-        const int emitted = std::min(left, accepted + 1);
-        if (k == 0) behind += emitted;
-        left -= emitted;
-        if (request >= 100) {  // after a warm-up
-          seconds += step;
-          tokens += emitted;
-        }
-      }
-    }
-    return tokens / seconds;
-  };
-  const double with = run(1.0), without = run(0.0);
+  SpeculationPolicyOptions o;
+  const double with = RunNearTie(o, 0.576, 100).tokens_per_second;
+  o.repay_confidence = 0;
+  const double without = RunNearTie(o, 0.576, 100).tokens_per_second;
   EXPECT_GE(with, 0.99);
   EXPECT_LT(without, with - 0.005);
 }
