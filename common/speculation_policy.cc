@@ -101,11 +101,12 @@ void SpeculationPolicy::ObserveRealized(int k, double seconds) {
   if (k < 0 || k > options_.k_max || seconds <= 0) return;
   ++steps_;
   if (ColdPlainStep(k == 0, options_.cold_plain_steps, &realized_plain_run_)) {
-    // Its excess over a warm plain step; a run's whole excess once its last cold step is in.
-    if (real_n_[0] > 0) cold_excess_ += seconds / load_ - real_seconds_[0] / real_n_[0];
-    if (realized_plain_run_ == options_.cold_plain_steps && real_n_[0] > 0) {
-      switch_s_ = switch_s_ * decay_ + std::max(0.0, cold_excess_);
-      switch_n_ = switch_n_ * decay_ + 1.0;
+    if (real_n_[0] > 0) {  // its excess over a warm plain step; the run's, once complete
+      cold_excess_ += seconds / load_ - real_seconds_[0] / real_n_[0];
+      if (realized_plain_run_ == options_.cold_plain_steps) {
+        switch_s_ = switch_s_ * decay_ + std::max(0.0, cold_excess_);
+        switch_n_ = switch_n_ * decay_ + 1.0;
+      }
     }
     return;
   }
@@ -243,15 +244,17 @@ int SpeculationPolicy::ChooseBest(const std::function<double(int)>& model, int p
   // Speculating now first pays the catch-up and, coming from plain decoding, the cold plain
   // steps when it ends; the rest of the sequence must repay them, at rates taken
   // repay_confidence standard errors against speculation.
+  double owed = 0;
   if (best > 0 && remaining > 0 && plain_rate > 0) {
-    const double n = static_cast<double>(remaining);
-    double owed = CatchUpSeconds(catch_up_tokens);
+    owed = CatchUpSeconds(catch_up_tokens);
     if (options_.count_switch_cost && !speculating_) owed += SwitchSeconds();
-    const double z = options_.repay_confidence;
+  }
+  if (owed > 0) {
+    const double n = static_cast<double>(remaining), z = options_.repay_confidence;
     auto error = [&](int k) { return realized[k] >= 0 ? z * RealizedRateError(k) : 0.0; };
     const double spec_low = best_rate * (1.0 - error(best));
     const double plain_high = plain_rate * (1.0 + error(0));
-    if (owed > 0 && (spec_low <= plain_high || owed >= n / plain_high - n / spec_low)) best = 0;
+    if (spec_low <= plain_high || owed >= n / plain_high - n / spec_low) best = 0;
   }
   speculating_ = best > 0;
   if (best > 0) {

@@ -20,6 +20,23 @@ SpeculationPolicy Seeded(double a, double b, double d, int k_max = 8) {
   return p;
 }
 
+// A fixed-seed LCG, so that a simulated world is the same on every run.
+class Lcg {
+ public:
+  // The next 31-bit value.
+  uint64_t Next() {
+    x_ = x_ * 6364136223846793005ull + 1442695040888963407ull;
+    return x_ >> 33;
+  }
+  // True with probability per_mille / 1000.
+  bool PerMille(int per_mille) { return static_cast<int>(Next() % 1000) < per_mille; }
+  // Uniform in [0, 1).
+  double Uniform() { return static_cast<double>(Next()) / 2147483648.0; }
+
+ private:
+  uint64_t x_ = 12345;
+};
+
 // Feeds `steps` single-token steps whose successes follow a deterministic sequence with
 // long-run rate alpha (floor((s + 1) alpha) - floor(s alpha)).
 void Observe(SpeculationPolicy* p, double alpha, int steps) {
@@ -186,16 +203,12 @@ TEST(SpeculationPolicy, ColdPlainStepsDoNotKeepSpeculationOn) {
     for (int n = 1; n <= o.k_max + 1; ++n) p.SeedTarget(n, target(n));
     p.SeedDraft(0.2);
     const double cold[] = {1.6, 1.5, 1.35, 1.15};
-    uint64_t x = 12345;  // a fixed LCG
-    auto accept = [&x](int per_mille) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      return static_cast<int>((x >> 33) % 1000) < per_mille;
-    };
+    Lcg rng;
     int plain_run = 4, plain_late = 0;  // plain steps since the last speculative one
     for (int i = 0; i < 6000; ++i) {
       const int k = p.ChooseK();
       int accepted = 0;
-      while (accepted < k && accept(i < 3000 ? 900 : 450)) ++accepted;
+      while (accepted < k && rng.PerMille(i < 3000 ? 900 : 450)) ++accepted;
       plain_run = k == 0 ? plain_run + 1 : 0;
       const double forward = k == 0 && plain_run <= 4 ? cold[plain_run - 1] : target(k + 1);
       p.ObserveRealized(k, 0.2 * k + forward);
@@ -258,11 +271,7 @@ NearTieOutcome RunNearTie(const SpeculationPolicyOptions& o, double acceptance,
   for (int n = 1; n <= o.k_max + 1; ++n) p.SeedTarget(n, target(n));
   p.SeedDraft(0.2);
   const double cold[] = {1.6, 1.5, 1.35, 1.15};
-  uint64_t x = 12345;  // a fixed LCG
-  auto uniform = [&x] {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<double>(x >> 33) / 2147483648.0;
-  };
+  Lcg rng;
   int plain_run = 4;  // plain steps since the last speculative one
   double seconds = 0, tokens = 0;
   int switches = 0, last_k = 0;
@@ -277,12 +286,12 @@ NearTieOutcome RunNearTie(const SpeculationPolicyOptions& o, double acceptance,
         behind = 0;
       }
       int accepted = 0;
-      while (accepted < k && uniform() < acceptance) ++accepted;
+      while (accepted < k && rng.Uniform() < acceptance) ++accepted;
       plain_run = k == 0 ? plain_run + 1 : 0;
       if (k > 0 && last_k == 0 && request >= 100) ++switches;
       last_k = k;
       const double forward = (k == 0 && plain_run <= 4 ? cold[plain_run - 1] : target(k + 1)) *
-                             (0.8 + 0.4 * uniform());
+                             (0.8 + 0.4 * rng.Uniform());
       p.ObserveRealized(k, 0.2 * k + forward);
       p.ObserveTarget(k + 1, forward);
       if (k > 0) p.ObserveDraft(k, 0.2 * k);
@@ -377,16 +386,12 @@ TEST(SpeculationPolicy, PlainProbesCorrectAStalePlainCost) {
     p.SeedTarget(1, 2.0);  // stale
     for (int n = 2; n <= o.k_max + 1; ++n) p.SeedTarget(n, target(n));
     p.SeedDraft(0.37);
-    uint64_t x = 12345;  // a fixed LCG: Bernoulli(0.6) acceptances
-    auto accept = [&x] {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      return (x >> 33) % 1000 < 600;
-    };
+    Lcg rng;  // Bernoulli(0.6) acceptances
     int plain_late = 0;
     for (int i = 0; i < 2000; ++i) {
       const int k = p.ChooseK();
       int accepted = 0;
-      while (accepted < k && accept()) ++accepted;
+      while (accepted < k && rng.PerMille(600)) ++accepted;
       const double seconds = 0.37 * k + target(k + 1);
       p.ObserveTarget(k + 1, target(k + 1));
       if (k > 0) p.ObserveDraft(k, 0.37 * k);
@@ -418,17 +423,13 @@ TEST(SpeculationPolicy, PlainCostFollowsTheContext) {
       p.SeedTarget(n, target(n, 256), 256, slope);
     }
     p.SeedDraft(0.37);
-    uint64_t x = 12345;  // a fixed LCG: Bernoulli(0.6) acceptances
-    auto accept = [&x] {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      return (x >> 33) % 1000 < 600;
-    };
+    Lcg rng;  // Bernoulli(0.6) acceptances
     int plain_late = 0, steps = 0;
     for (int request = 0; request < 60; ++request) {
       for (int64_t L = 80; L < 144;) {
         const int k = p.ChooseK(0, 0, L);
         int accepted = 0;
-        while (accepted < k && accept()) ++accepted;
+        while (accepted < k && rng.PerMille(600)) ++accepted;
         p.ObserveTarget(k + 1, target(k + 1, L), L);
         if (k > 0) p.ObserveDraft(k, 0.37 * k);
         p.ObserveStep(k, accepted);
