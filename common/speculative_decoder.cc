@@ -142,7 +142,11 @@ std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
   at::Tensor rows = logits.narrow(0, logits.size(0) - (k + 1), k + 1).contiguous();
   const float* r = rows.data_ptr<float>();
   Status s;
-  if (options_.sampling.greedy()) {
+  if (k == 0) {
+    // Nothing drafted: plain decoding's step, by its own sampler on this stream (the same law
+    // as verifying an empty block, without a second copy of p in double precision).
+    outcome.tokens.assign(1, SampleToken(r, V, options_.sampling, &rng_, &row_));
+  } else if (options_.sampling.greedy()) {
     s = spec::VerifyChainGreedy(k, V, draft_.tokens.data(), r, &outcome);
   } else {
     p_.resize(static_cast<size_t>(k + 1) * V);

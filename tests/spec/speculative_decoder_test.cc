@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
@@ -259,6 +260,33 @@ TEST(SpeculativeDecoder, StatsAddUp) {
     for (size_t i = 0; i < s.accepted_at.size(); ++i) n = std::max(n, s.accepted_at[i]);
     return n;
   }());
+}
+
+// A step that drafts nothing is plain decoding's step: with the same seed, the speculative path
+// held at k = 0 emits plain decoding's sampled tokens, one for one (auto k's floor is plain).
+TEST(SpeculativeDecoder, AtKZeroSamplesAsPlainDecodingDoes) {
+  c10::InferenceMode guard;
+  auto target = testing::RandomModel(testing::TinyConfig(), 5);
+  auto draft = testing::RandomModel(testing::TinyConfig(), 6);
+  GenerateOptions g;
+  g.max_tokens = 40;
+  g.stop_at_eos = false;
+  g.sampling.temperature = 0.8f;
+  g.sampling.top_p = 0.9f;
+  std::set<std::vector<int>> distinct;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    g.sampling.seed = seed;
+    const std::vector<int> plain = GeneratePlain(*target, {1, 2, 3}, g).tokens;
+    distinct.insert(plain);
+    DraftModelProposer model(draft.get(), g.sampling);
+    SpeculativeOptions o;
+    o.generate = g;
+    o.k = 0;
+    EXPECT_EQ(GenerateSpeculative(*target, &model, {1, 2, 3}, o, nullptr).tokens, plain)
+        << "seed " << seed;
+  }
+  // The seeds drew different sequences: the equality above compares samples, not a constant.
+  EXPECT_EQ(distinct.size(), 4u);
 }
 
 TEST(DraftModelProposer, ReportsTheCatchUpItOwesAndDid) {
