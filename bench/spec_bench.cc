@@ -4,11 +4,14 @@
 // beta(k) (target forward of k + 1 positions over one of 1 position), and the measured
 // speedup beside the predicted tau(alpha, k) / (k c + beta(k)).
 // Rates are decode-phase tokens/s (the target's prompt processing excluded, the draft's catch-up
-// on the prompt included). Prints JSON lines {"name", "params", "value", "unit"}. Medians over
-// `--reps` repetitions, the lengths interleaved prompt by prompt within each; ratios are
-// medians of the per-repetition ratios. Auto keeps one policy per draft and domain (as serving keeps one per
-// domain); it first decodes the domain's prompts once untimed, as a long-running server's
-// policy has long learnt alpha and costs.
+// on the prompt included). Prints JSON lines {"name", "params", "value", "unit"}. Every arm
+// (k = 1..8, auto, ...) decodes each prompt in lockstep with a plain run of the same prompt,
+// step by step, so that the two share the machine's state (see Lockstep); an arm's speedup is
+// its rate over that of its own plain runs. Medians over `--reps` repetitions, the arms taking
+// the prompts in turn within each; ratios are medians of the per-repetition ratios. Auto keeps
+// one policy per draft and domain (as serving keeps one per domain); it first decodes the
+// domain's prompts once untimed, as a long-running server's policy has long learnt alpha and
+// costs.
 // Also "k0_path_vs_plain": the speculative decoder held at k = 0 against plain decoding, the
 // per-step cost of the speculative path itself (auto's floor when it never speculates).
 // A/B of the policy (new vs old in one run): `--b-plain-probe-interval N`,
@@ -54,11 +57,23 @@ using bench::Median;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-struct Run {
-  double seconds = 0;
-  int64_t tokens = 0;
-  SpeculativeStats stats;
-};
+// Decodes plainly (`plain`) and by another arm (`other`) in lockstep: whichever has less decode
+// time so far steps next, so that both sample the machine's speed over the same stretch of
+// time. On this shared machine a step's time drifts by ~18% (log sd) and stays correlated over
+// tens of steps (0.92 at lag 1, 0.73 at 10, 0.43 at 100); plain-vs-plain over 400 steps in
+// lockstep differs by 0.45% (sd), one request after the other by 11%.
+void Lockstep(PlainGeneration* plain, SpeculativeGeneration* other) {
+  while (!plain->finished() || !other->finished()) {
+    const bool plain_next =
+        !plain->finished() &&
+        (other->finished() || plain->result().decode_seconds <= other->decode_seconds());
+    if (plain_next) {
+      plain->Step();
+    } else {
+      other->Step();
+    }
+  }
+}
 
 }  // namespace
 }  // namespace specloop
@@ -168,12 +183,11 @@ int main(int argc, char** argv) {
       // keeps one per domain); k = 0: plain decoding; k = -2: the speculative decoder at k = 0.
       // k = -3: auto_b, the A/B arm.
       constexpr int kAuto = -1, kPathAtZero = -2, kAutoB = -3;
-      std::map<int, std::vector<double>> tps;  // k -> per-rep tokens/s
       std::map<int, SpeculativeStats> stats;
-      std::vector<int> ks = {0};
-      if (fixed) ks.insert(ks.end(), {1, 2, 3, 4, 5, 6, 7, 8});
-      ks.insert(ks.end(), {kAuto, kPathAtZero});
-      if (ab) ks.push_back(kAutoB);
+      std::vector<int> arms;  // all but plain, which runs beside each
+      if (fixed) arms.insert(arms.end(), {1, 2, 3, 4, 5, 6, 7, 8});
+      arms.insert(arms.end(), {kAuto, kPathAtZero});
+      if (ab) arms.push_back(kAutoB);
       SpeculationPolicy policy, policy_b(b_options);
       auto calibrate_and_warm_up = [&](SpeculationPolicy* pol, const CalibrationOptions& co) {
         CalibrateSpeculationPolicy(*target, draft.get(), k_max, pol, co);
@@ -187,44 +201,54 @@ int main(int argc, char** argv) {
       };
       calibrate_and_warm_up(&policy, a_calibration);
       if (ab) calibrate_and_warm_up(&policy_b, b_calibration);
+      // Per rep: each arm's tokens/s and that of the plain runs paired with it.
+      std::map<int, std::vector<double>> tps, paired_plain;
       for (int rep = 0; rep < reps; ++rep) {
-        // Every length on each prompt in turn, so that a rep's rates share the machine's state;
-        // the order rotates from prompt to prompt, so that no length always runs first or
-        // right after the same one.
-        std::map<int, double> seconds;
-        std::map<int, int64_t> tokens;
+        // Every arm on each prompt in turn, each in lockstep with its own plain run; the order
+        // rotates from prompt to prompt, so that no arm always runs first or right after the
+        // same one.
+        std::map<int, double> seconds, plain_seconds;
+        std::map<int, int64_t> tokens, plain_tokens;
         size_t turn = rep;
         for (const auto& prompt : prompts[domain]) {
-          for (size_t j = 0; j < ks.size(); ++j) {
-            const int k = ks[(j + turn) % ks.size()];
-            GenerateResult r;
-            if (k == 0) {
-              r = GeneratePlain(*target, prompt, gen);
-            } else {
-              DraftModelProposer proposer(draft.get(), gen.sampling);
-              SpeculativeOptions o;
-              o.generate = gen;
-              o.k = std::max(k, 0);
-              if (k == kAuto) o.policy = &policy;
-              if (k == kAutoB) o.policy = &policy_b;
-              SpeculativeStats s;
-              r = GenerateSpeculative(*target, &proposer, prompt, o, &s);
-              stats[k].Add(s);
-            }
+          for (size_t j = 0; j < arms.size(); ++j) {
+            const int k = arms[(j + turn) % arms.size()];
+            DraftModelProposer proposer(draft.get(), gen.sampling);
+            SpeculativeOptions o;
+            o.generate = gen;
+            o.k = std::max(k, 0);
+            if (k == kAuto) o.policy = &policy;
+            if (k == kAutoB) o.policy = &policy_b;
+            PlainGeneration plain(*target, prompt, gen);
+            SpeculativeGeneration other(*target, &proposer, prompt, o);
+            Lockstep(&plain, &other);
+            stats[k].Add(other.stats());
             // Decode phase only: the target's prompt processing is the same work in both and
             // dilutes any decoding speedup; the draft's catch-up on the prompt is in the decode
             // phase (work only speculation needs). Plain's first token comes from its prefill.
-            seconds[k] += r.decode_seconds;
-            tokens[k] += r.tokens.size() - (k == 0 ? 1 : 0);
+            seconds[k] += other.decode_seconds();
+            tokens[k] += other.result().tokens.size();
+            plain_seconds[k] += plain.result().decode_seconds;
+            plain_tokens[k] += plain.result().tokens.size() - 1;
           }
           ++turn;
         }
-        for (int k : ks) tps[k].push_back(tokens[k] / seconds[k]);
+        double all_seconds = 0;
+        int64_t all_tokens = 0;
+        for (int k : arms) {
+          tps[k].push_back(tokens[k] / seconds[k]);
+          paired_plain[k].push_back(plain_tokens[k] / plain_seconds[k]);
+          all_seconds += plain_seconds[k];
+          all_tokens += plain_tokens[k];
+        }
+        tps[0].push_back(all_tokens / all_seconds);
       }
-      // Ratios between lengths: the median over reps of the ratio within each rep.
+      // Ratios between arms: the median over reps of the ratio of their speedups over the
+      // plain runs each was paired with (plain: 1).
+      auto speedup = [&](int k, int rep) { return k == 0 ? 1.0 : tps[k][rep] / paired_plain[k][rep]; };
       auto ratio = [&](int a, int b) {
         std::vector<double> r;
-        for (int rep = 0; rep < reps; ++rep) r.push_back(tps[a][rep] / tps[b][rep]);
+        for (int rep = 0; rep < reps; ++rep) r.push_back(speedup(a, rep) / speedup(b, rep));
         return Median(r);
       };
       const double plain = Median(tps[0]);
@@ -236,8 +260,8 @@ int main(int argc, char** argv) {
       double best_fixed = 0;
       int best_k = 0;
       Emit("k0_path_vs_plain", base, ratio(kPathAtZero, 0), "ratio");
-      for (int k : ks) {
-        if (k == 0 || k == kPathAtZero) continue;
+      for (int k : arms) {
+        if (k == kPathAtZero) continue;
         if (k == kAutoB) {
           p = base;
           p["k"] = "auto_b";

@@ -1,5 +1,6 @@
 #include "common/generate.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <c10/core/InferenceMode.h>
@@ -13,41 +14,48 @@ int SampleToken(const float* logits, int vocab, const SamplingParams& params, Rn
   return SampleFrom(scratch->data(), vocab, rng);
 }
 
+using Clock = std::chrono::steady_clock;
+
+PlainGeneration::PlainGeneration(const LlamaModel& model, const std::vector<int>& prompt,
+                                 const GenerateOptions& options)
+    : model_(model),
+      options_(options),
+      cache_(model.NewCache(prompt.size() + std::max(0, options.max_tokens))),
+      rng_(options.sampling.seed) {
+  finished_ = prompt.empty() || options.max_tokens <= 0;
+  if (finished_) return;
+  c10::InferenceMode guard;
+  const auto t0 = Clock::now();
+  Sample(model_.Forward({{&cache_, std::vector<int64_t>(prompt.begin(), prompt.end()), false}}));
+  result_.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void PlainGeneration::Step() {
+  c10::InferenceMode guard;
+  const auto t0 = Clock::now();
+  Sample(model_.Forward({{&cache_, {result_.tokens.back()}, false}}));
+  result_.decode_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void PlainGeneration::Sample(const at::Tensor& logits) {
+  const ModelConfig& c = model_.config();
+  at::Tensor row = logits.to(at::kCPU).contiguous();
+  const int next = SampleToken(row.data_ptr<float>(), c.vocab_size, options_.sampling, &rng_,
+                               &scratch_);
+  result_.tokens.push_back(next);
+  if (options_.stop_at_eos && c.IsEos(next)) {
+    result_.hit_eos = finished_ = true;
+  } else if (static_cast<int>(result_.tokens.size()) >= options_.max_tokens ||
+             cache_.length() >= c.max_position_embeddings) {  // no room to process `next`
+    finished_ = true;
+  }
+}
+
 GenerateResult GeneratePlain(const LlamaModel& model, const std::vector<int>& prompt,
                              const GenerateOptions& options) {
-  using Clock = std::chrono::steady_clock;
-  c10::InferenceMode guard;
-  const ModelConfig& c = model.config();
-  GenerateResult r;
-  if (prompt.empty() || options.max_tokens <= 0) return r;
-  KVCache cache = model.NewCache(prompt.size() + options.max_tokens);
-  Rng rng(options.sampling.seed);
-  std::vector<float> scratch;
-  ForwardInput in{&cache, std::vector<int64_t>(prompt.begin(), prompt.end()), false};
-
-  auto t0 = Clock::now();
-  while (true) {
-    at::Tensor logits = model.Forward({in}).to(at::kCPU).contiguous();
-    const int next = SampleToken(logits.data_ptr<float>(), c.vocab_size, options.sampling, &rng,
-                                 &scratch);
-    if (r.tokens.empty()) {
-      auto t1 = Clock::now();
-      r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-      t0 = t1;
-    }
-    r.tokens.push_back(next);
-    if (options.stop_at_eos && c.IsEos(next)) {
-      r.hit_eos = true;
-      break;
-    }
-    if (static_cast<int>(r.tokens.size()) >= options.max_tokens ||
-        cache.length() >= c.max_position_embeddings) {  // no room to process `next`
-      break;
-    }
-    in.tokens.assign(1, next);
-  }
-  r.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  return r;
+  PlainGeneration g(model, prompt, options);
+  while (!g.finished()) g.Step();
+  return g.result();
 }
 
 }  // namespace specloop

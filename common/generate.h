@@ -31,6 +31,31 @@ struct GenerateResult {
 GenerateResult GeneratePlain(const LlamaModel& model, const std::vector<int>& prompt,
                              const GenerateOptions& options);
 
+// GeneratePlain one token at a time, for callers that interleave it with other work (spec_bench
+// steps decoders in lockstep, so that they share the machine's state). `model` must outlive it.
+class PlainGeneration {
+ public:
+  // Runs the prompt (prefill_seconds) and samples the first token; max_tokens <= 0: finished.
+  PlainGeneration(const LlamaModel& model, const std::vector<int>& prompt,
+                  const GenerateOptions& options);
+  bool finished() const { return finished_; }
+  // One forward and one token, timed into decode_seconds. REQUIRES: !finished().
+  void Step();
+  const GenerateResult& result() const { return result_; }
+
+ private:
+  // Samples from the forward's logits; stops at EOS, max_tokens or a full context.
+  void Sample(const at::Tensor& logits);
+
+  const LlamaModel& model_;
+  GenerateOptions options_;
+  KVCache cache_;
+  Rng rng_;
+  std::vector<float> scratch_;
+  GenerateResult result_;
+  bool finished_ = false;
+};
+
 // Samples one token from a row of float32 logits under `params` (greedy: argmax).
 int SampleToken(const float* logits, int vocab, const SamplingParams& params, Rng* rng,
                 std::vector<float>* scratch);

@@ -206,51 +206,67 @@ std::vector<int> SpeculativeDecoder::Emit(const spec::ChainOutcome& outcome, int
   return emitted;
 }
 
+// Prefill: the prompt but its last token, in the target. The draft catches up on the prompt
+// when it first drafts (work only speculation needs: decode time, and the policy's to price).
+SpeculativeGeneration::SpeculativeGeneration(const LlamaModel& target, Proposer* proposer,
+                                             const std::vector<int>& prompt,
+                                             const SpeculativeOptions& options)
+    : target_(target), proposer_(proposer), options_(options), prompt_len_(prompt.size()) {
+  const auto t0 = Clock::now();
+  decoder_ = std::make_unique<SpeculativeDecoder>(&target, proposer, prompt, options.generate);
+  prefill_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+GenerateResult SpeculativeGeneration::result() const {
+  GenerateResult r;
+  r.tokens = decoder_->generated();
+  r.hit_eos = decoder_->hit_eos();
+  r.prefill_seconds = prefill_seconds_;
+  r.decode_seconds = decode_seconds_;
+  return r;
+}
+
+void SpeculativeGeneration::Step() {
+  c10::InferenceMode guard;
+  SpeculationPolicy* policy = options_.policy;
+  const auto t0 = Clock::now();
+  SpeculativeDecoder& decoder = *decoder_;
+  const std::vector<int>& tokens = decoder.tokens();
+  const int64_t remaining =
+      options_.generate.max_tokens - static_cast<int64_t>(tokens.size() - prompt_len_);
+  const int64_t context = static_cast<int64_t>(tokens.size()) - 1;  // the target's cache
+  const int k = policy ? policy->ChooseK(proposer_->CatchUpTokens(tokens), remaining, context)
+                       : options_.k;
+  const auto s0 = Clock::now();  // the step's own time starts once k is chosen
+  decoder.Propose(k);
+  ForwardInput in = decoder.TargetInput();
+  const int positions = in.tokens.size();
+  // Verification cost = the target forward and the verifier's work over its rows.
+  const auto f0 = Clock::now();
+  decoder.Commit(target_.Forward({std::move(in)}).to(at::kCPU));
+  const auto f1 = Clock::now();
+  if (policy) {
+    const int drafted = decoder.draft().tokens.size();
+    // The step's own time; a catch-up is owed work, priced apart.
+    const Proposer::CatchUp catch_up = proposer_->last_catch_up();
+    policy->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
+    policy->ObserveRealized(
+        k, std::chrono::duration<double>(f1 - s0).count() - catch_up.seconds);
+    policy->ObserveTarget(positions, std::chrono::duration<double>(f1 - f0).count(), context);
+    const double draft_s = proposer_->last_propose_seconds();
+    if (draft_s >= 0) policy->ObserveDraft(drafted, draft_s);
+    policy->ObserveStep(drafted, decoder.last_accepted());
+  }
+  decode_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
                                    const std::vector<int>& prompt,
                                    const SpeculativeOptions& options, SpeculativeStats* stats) {
-  c10::InferenceMode guard;
-  GenerateResult r;
-  auto t0 = Clock::now();
-  // Prefill: the prompt but its last token, in the target. The draft catches up on the prompt
-  // when it first drafts (work only speculation needs: decode time, and the policy's to price).
-  SpeculativeDecoder dec(&target, proposer, prompt, options.generate);
-  auto t1 = Clock::now();
-  r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-  t0 = t1;
-  while (!dec.finished()) {
-    const int64_t remaining =
-        options.generate.max_tokens - static_cast<int64_t>(dec.tokens().size() - prompt.size());
-    const int64_t context = static_cast<int64_t>(dec.tokens().size()) - 1;  // the target's cache
-    const int k = options.policy ? options.policy->ChooseK(proposer->CatchUpTokens(dec.tokens()),
-                                                           remaining, context)
-                                 : options.k;
-    const auto s0 = Clock::now();
-    dec.Propose(k);
-    ForwardInput in = dec.TargetInput();
-    const int positions = in.tokens.size();
-    // Verification cost = the target forward and the verifier's work over its rows.
-    const auto f0 = Clock::now();
-    dec.Commit(target.Forward({std::move(in)}).to(at::kCPU));
-    const double verify_s = std::chrono::duration<double>(Clock::now() - f0).count();
-    if (options.policy) {
-      const int drafted = dec.draft().tokens.size();
-      // The step's own time; a catch-up is owed work, priced apart.
-      const Proposer::CatchUp catch_up = proposer->last_catch_up();
-      options.policy->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
-      options.policy->ObserveRealized(
-          k, std::chrono::duration<double>(Clock::now() - s0).count() - catch_up.seconds);
-      options.policy->ObserveTarget(positions, verify_s, context);
-      const double draft_s = proposer->last_propose_seconds();
-      if (draft_s >= 0) options.policy->ObserveDraft(drafted, draft_s);
-      options.policy->ObserveStep(drafted, dec.last_accepted());
-    }
-  }
-  r.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  r.tokens = dec.generated();
-  r.hit_eos = dec.hit_eos();
-  if (stats) *stats = dec.stats();
-  return r;
+  SpeculativeGeneration g(target, proposer, prompt, options);
+  while (!g.finished()) g.Step();
+  if (stats) *stats = g.stats();
+  return g.result();
 }
 
 double VerificationSecondsPerRow(int vocab, const SamplingParams& sampling) {

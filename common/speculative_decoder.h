@@ -121,6 +121,31 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
                                    const std::vector<int>& prompt,
                                    const SpeculativeOptions& options, SpeculativeStats* stats);
 
+// GenerateSpeculative one verification step at a time (as PlainGeneration; spec_bench steps
+// decoders in lockstep). `target`, `proposer` and the policy must outlive it.
+class SpeculativeGeneration {
+ public:
+  // Runs the prompt but its last token through the target (prefill_seconds).
+  SpeculativeGeneration(const LlamaModel& target, Proposer* proposer,
+                        const std::vector<int>& prompt, const SpeculativeOptions& options);
+  bool finished() const { return decoder_->finished(); }
+  // Chooses k, drafts, verifies and feeds the policy its measurements; timed into
+  // decode_seconds. REQUIRES: !finished().
+  void Step();
+  // The tokens so far, EOS and the timings.
+  GenerateResult result() const;
+  double decode_seconds() const { return decode_seconds_; }
+  const SpeculativeStats& stats() const { return decoder_->stats(); }
+
+ private:
+  const LlamaModel& target_;
+  Proposer* proposer_;
+  SpeculativeOptions options_;
+  size_t prompt_len_;
+  std::unique_ptr<SpeculativeDecoder> decoder_;
+  double prefill_seconds_ = 0, decode_seconds_ = 0;
+};
+
 struct CalibrationOptions {
   // Cached tokens the forwards are timed after. Verification cost grows with the context
   // (attention). Default: 256.

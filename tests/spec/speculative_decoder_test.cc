@@ -289,6 +289,45 @@ TEST(SpeculativeDecoder, AtKZeroSamplesAsPlainDecodingDoes) {
   EXPECT_EQ(distinct.size(), 4u);
 }
 
+// spec_bench steps a plain and a speculative generation in lockstep: interleaved step by step,
+// each emits what it emits alone (they share the models, nothing else), and each times only
+// its own steps.
+TEST(SpeculativeDecoder, GenerationsSteppedInLockstepMatchTheirRunsAlone) {
+  c10::InferenceMode guard;
+  auto target = testing::RandomModel(testing::TinyConfig(), 5);
+  auto draft = testing::RandomModel(testing::TinyConfig(), 6);
+  GenerateOptions g;
+  g.max_tokens = 30;
+  g.stop_at_eos = false;
+  g.sampling.temperature = 0.8f;
+  g.sampling.seed = 3;
+  SpeculativeOptions o;
+  o.generate = g;
+  o.k = 3;
+  const std::vector<int> prompt = {1, 2, 3, 4};
+  DraftModelProposer alone_model(draft.get(), g.sampling);
+  const GenerateResult plain_alone = GeneratePlain(*target, prompt, g);
+  const GenerateResult spec_alone = GenerateSpeculative(*target, &alone_model, prompt, o, nullptr);
+
+  DraftModelProposer model(draft.get(), g.sampling);
+  PlainGeneration plain(*target, prompt, g);
+  SpeculativeGeneration spec(*target, &model, prompt, o);
+  int plain_steps = 0, spec_steps = 0;
+  while (!plain.finished() || !spec.finished()) {
+    if (!plain.finished()) plain.Step(), ++plain_steps;
+    if (!spec.finished()) spec.Step(), ++spec_steps;
+  }
+  EXPECT_EQ(plain.result().tokens, plain_alone.tokens);
+  EXPECT_EQ(spec.result().tokens, spec_alone.tokens);
+  EXPECT_NE(plain.result().tokens, spec.result().tokens);  // two samples, not one shared stream
+  EXPECT_EQ(plain_steps, 29);  // the first token comes from the prefill
+  EXPECT_EQ(spec_steps, spec.stats().steps);
+  EXPECT_GT(plain.result().prefill_seconds, 0);
+  EXPECT_GT(spec.result().prefill_seconds, 0);
+  EXPECT_GT(plain.result().decode_seconds, 0);
+  EXPECT_DOUBLE_EQ(spec.result().decode_seconds, spec.decode_seconds());
+}
+
 TEST(DraftModelProposer, ReportsTheCatchUpItOwesAndDid) {
   c10::InferenceMode guard;
   auto draft = testing::RandomModel(testing::TinyConfig(), 6);
