@@ -16,18 +16,39 @@ std::string SamplingParams::Validate() const {
   return "";
 }
 
-int Argmax(const float* values, int n) {
-  int best = 0;
-  for (int i = 1; i < n; ++i) {
-    if (values[i] > values[best]) best = i;
+namespace {
+
+// The largest value (-inf for none; NaNs are skipped), kept in 8 independent lanes. A single
+// running maximum, or index of it, makes each compare wait on the one before: 16.6 us for a
+// 4096-token vocabulary on this machine, against 1.1 us for Argmax below (a greedy decode step
+// of target-6m takes ~1.4 ms).
+float MaxValue(const float* v, int n) {
+  float lane[8];
+  for (float& l : lane) l = -std::numeric_limits<float>::infinity();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lane[j] = v[i + j] > lane[j] ? v[i + j] : lane[j];
   }
-  return best;
+  for (; i < n; ++i) lane[0] = v[i] > lane[0] ? v[i] : lane[0];
+  float m = lane[0];
+  for (int j = 1; j < 8; ++j) m = lane[j] > m ? lane[j] : m;
+  return m;
+}
+
+}  // namespace
+
+int Argmax(const float* values, int n) {
+  const float m = MaxValue(values, n);
+  for (int i = 0; i < n; ++i) {
+    if (values[i] == m) return i;
+  }
+  return 0;  // every value NaN
 }
 
 void Softmax(const float* logits, int vocab, std::vector<float>* probs) {
   probs->resize(vocab);
   float* p = probs->data();
-  const float mx = *std::max_element(logits, logits + vocab);
+  const float mx = MaxValue(logits, vocab);
   double sum = 0.0;
   for (int i = 0; i < vocab; ++i) {
     p[i] = std::exp(logits[i] - mx);
@@ -70,7 +91,7 @@ void ProcessedDistribution(const float* logits, int vocab, const SamplingParams&
   // Divide by T rather than multiply by 1/T: for a T so small that 1/T overflows to inf, the
   // argmax's 0 * inf would be NaN, while 0 / T is 0 (and the others' -x / T is -inf).
   const float t = params.temperature;
-  const float mx = *std::max_element(logits, logits + vocab);
+  const float mx = MaxValue(logits, vocab);
   double sum = 0.0;
   for (int i = 0; i < vocab; ++i) {
     p[i] = std::exp((logits[i] - mx) / t);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -72,6 +73,29 @@ TEST(ProcessedDistribution, GreedyIsOneHotOnLowestArgmax) {
   ProcessedDistribution(logits.data(), 4, greedy, &probs);
   EXPECT_EQ(probs, std::vector<float>({0.0f, 1.0f, 0.0f, 0.0f}));
   EXPECT_EQ(Argmax(logits.data(), 4), 1);
+}
+
+// Argmax keeps its maximum in lanes: at every length (tails shorter than a lane included), with
+// ties, -inf and NaNs, it is the first index of the largest value, as a plain scan finds it.
+TEST(Argmax, IsTheFirstLargestAtAnyLength) {
+  Rng rng(11);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int n = 1; n <= 40; ++n) {
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<float> v(n);
+      for (float& x : v) {
+        const double u = rng.Uniform();
+        // Few distinct values, so that ties are common.
+        x = u < 0.05 ? -inf : u < 0.1 ? std::nanf("") : static_cast<float>(std::floor(u * 6));
+      }
+      int want = -1;
+      for (int i = 0; i < n; ++i) {
+        if (!std::isnan(v[i]) && (want < 0 || v[i] > v[want])) want = i;
+      }
+      EXPECT_EQ(Argmax(v.data(), n), std::max(want, 0)) << "n " << n << " trial " << trial;
+    }
+  }
+  EXPECT_EQ(Argmax(std::vector<float>(9, -inf).data(), 9), 0);
 }
 
 TEST(ProcessedDistribution, TemperatureIsExact) {
