@@ -11,10 +11,9 @@
 // "lockstep_speedup" over the plain runs beside the arm itself (precise, but favouring arms
 // that run the draft: "plain_beside_vs_beside_k0"). "auto_vs_plain" and "k0_path_vs_plain"
 // are lockstep ratios. Medians over `--reps` repetitions, the arms taking the prompts in turn
-// within each; ratios are medians of the per-repetition ratios. Auto keeps
-// one policy per draft and domain (as serving keeps one per domain); it first decodes the
-// domain's prompts once untimed, as a long-running server's policy has long learnt alpha and
-// costs.
+// within each; ratios are medians of the per-repetition ratios. Auto keeps one policy per
+// draft and domain (as serving keeps one per domain); it first decodes the domain's prompts
+// once untimed, as a long-running server's policy has long learnt alpha and costs.
 // Also "k0_path_vs_plain": the speculative decoder held at k = 0 against plain decoding, the
 // per-step cost of the speculative path itself (auto's floor when it never speculates).
 // A/B of the policy (new vs old in one run): `--b-plain-probe-interval N`,
@@ -64,7 +63,7 @@ using nlohmann::json;
 // time so far steps next, so that both sample the machine's speed over the same stretch of
 // time. On this shared machine a step's time drifts by ~18% (log sd) and stays correlated over
 // tens of steps (0.92 at lag 1, 0.73 at 10, 0.43 at 100); plain-vs-plain over 400 steps in
-// lockstep differs by 0.45% (sd), one request after the other by 11%.
+// lockstep differs by 0.45% (sd), two runs of a request one after the other by ~10%.
 void Lockstep(PlainGeneration* plain, SpeculativeGeneration* other) {
   while (!plain->finished() || !other->finished()) {
     const bool plain_next =
@@ -247,7 +246,7 @@ int main(int argc, char** argv) {
       // over plain decoding in lockstep with the arm: precise, and exact for arms that never
       // run the draft, but beside one that does, plain's steps find the target's weights
       // partly evicted by the draft's, and the arm looks faster than it is alone (see
-      // plain_beside_vs_beside_k0; 5-20% at fixed k).
+      // plain_beside_vs_beside_k0: plain 4-17% slower beside fixed k in one run).
       auto speedup = [&](int k, int rep) {
         return k == 0 ? 1.0 : tps[k][rep] / paired_plain[kPathAtZero][rep];
       };
