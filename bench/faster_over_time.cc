@@ -492,6 +492,30 @@ bool Summarize(std::ostream& file, const Arm& stat, const Arm& online,
       }
     }
     EmitSummary(file, "adaptation_phase_fraction", params, reached, "fraction");
+    // Measured prompts recur within a phase, so alpha by the prompt's visit (1: its first
+    // request in the phase): at temperature 0 a visit repeats the last one's continuation, and
+    // what the draft learnt of those prompts shows as a rise over visits; the static arm's
+    // values are the same draft on the same requests. A prompt listed twice in its file has
+    // twice the visits, so the highest visits hold few requests.
+    for (const Arm* a : {&stat, &online}) {
+      std::map<std::string, int> visits;
+      std::map<int, Tally> by_visit;
+      for (int i = from; i < to; ++i) {
+        if (trace[i].eval || trace[i].domain != d) continue;
+        const int visit = ++visits[trace[i].prompt];
+        if (a->results[i].ok) by_visit[visit].Add(a->results[i]);
+      }
+      for (const auto& [v, t] : by_visit) {
+        EmitSummary(file, "alpha_by_visit",
+                    {{"domain", d},
+                     {"phase", ph.name},
+                     {"arm", a->name},
+                     {"visit", v},
+                     {"requests", t.requests},
+                     {"k", o.k}},
+                    t.alpha(), "ratio");
+      }
+    }
   }
   for (const Arm* a : {&stat, &online}) {
     int failed = 0;
