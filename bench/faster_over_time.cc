@@ -493,10 +493,11 @@ bool Summarize(std::ostream& file, const Arm& stat, const Arm& online,
     }
     EmitSummary(file, "adaptation_phase_fraction", params, reached, "fraction");
     // Measured prompts recur within a phase, so alpha by the prompt's visit (1: its first
-    // request in the phase): at temperature 0 a visit repeats the last one's continuation, and
-    // what the draft learnt of those prompts shows as a rise over visits; the static arm's
-    // values are the same draft on the same requests. A prompt listed twice in its file has
-    // twice the visits, so the highest visits hold few requests.
+    // request in the phase): a temperature-0 visit repeats the continuation of the prompt's
+    // earlier ones at temperature 0, and what the draft learnt of those prompts shows as a
+    // rise over visits; the static arm's values are the same draft on the same requests. A
+    // prompt listed twice in its file has twice the visits, so the highest visits hold few
+    // requests.
     for (const Arm* a : {&stat, &online}) {
       std::map<std::string, int> visits;
       std::map<int, Tally> by_visit;
