@@ -49,6 +49,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <httplib.h>
@@ -498,12 +499,14 @@ bool Summarize(std::ostream& file, const Arm& stat, const Arm& online,
     // rise over visits; the static arm's values are the same draft on the same requests. A
     // prompt listed twice in its file has twice the visits, so the highest visits hold few
     // requests.
+    std::map<std::string, int> seen;
+    std::vector<std::pair<int, int>> visits;  // (trace index, visit) of the measured requests
+    for (int i = from; i < to; ++i) {
+      if (!trace[i].eval && trace[i].domain == d) visits.emplace_back(i, ++seen[trace[i].prompt]);
+    }
     for (const Arm* a : {&stat, &online}) {
-      std::map<std::string, int> visits;
       std::map<int, Tally> by_visit;
-      for (int i = from; i < to; ++i) {
-        if (trace[i].eval || trace[i].domain != d) continue;
-        const int visit = ++visits[trace[i].prompt];
+      for (const auto& [i, visit] : visits) {
         if (a->results[i].ok) by_visit[visit].Add(a->results[i]);
       }
       for (const auto& [v, t] : by_visit) {
