@@ -1,18 +1,29 @@
-// LlamaModel::ForwardSmallCpu: the float32 CPU inference forward for blocks of a few new tokens
-// per sequence (decode and speculative verification). Four BLAS matmuls per layer; RMSNorm,
-// RoPE, attention over the cache and SwiGLU are plain loops in the shape of llama2.c's run.c,
-// because on small models LibTorch's per-operator overhead, not arithmetic, dominates.
+// LlamaModel::ForwardCpu: the CPU inference forward, in the shape of llama2.c's run.c. The
+// matrix products run LinearPacked (linear_kernels.h) over the packed weights in float32,
+// float16 or bfloat16, split by output panels over the intra-op threads; RMSNorm, RoPE,
+// attention over the cache and SwiGLU are plain loops over float32 activations.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "common/llama_model.h"
+#include <ATen/Parallel.h>
+
 #include "common/cpu_kernels.h"
+#include "common/linear_kernels.h"
+#include "common/llama_model.h"
 
 namespace specloop {
 
 namespace {
+
+WeightType TypeOf(const at::Tensor& w) {
+  switch (w.scalar_type()) {
+    case at::kHalf: return WeightType::kFloat16;
+    case at::kBFloat16: return WeightType::kBFloat16;
+    default: return WeightType::kFloat32;
+  }
+}
 
 // out[r] = x[r] / rms(x[r]) * w, for `rows` rows of `dim`.
 void RmsNormRows(const float* x, const float* w, float* out, int64_t rows, int64_t dim,
@@ -27,23 +38,38 @@ void RmsNormRows(const float* x, const float* w, float* out, int64_t rows, int64
   }
 }
 
-// in [M, K] times weight [O, K] transposed, into out [M, O] (accumulating when `add`): the
-// small-block kernel for up to 16 rows, BLAS beyond (see cpu_kernels.h for the measurements).
-void Linear(const at::Tensor& in, const at::Tensor& weight, at::Tensor& out, bool add) {
-  const int64_t M = in.size(0);
-  if (M <= 16) {
-    SmallGemm(in.data_ptr<float>(), weight.data_ptr<float>(), out.data_ptr<float>(), M,
-              in.size(1), weight.size(0), add);
-  } else if (add) {
-    out.addmm_(in, weight.t());
-  } else {
-    at::mm_out(out, in, weight.t());
+// out [M, O] (+)= in [M, K] times weight [O, K] transposed. The intra-op threads split the
+// output panels; a matrix under ~64K weights stays on the calling thread (a fork costs more).
+void Linear(const float* in, int64_t M, const PackedMatrix& w, float* out, bool add) {
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (PackedMatrix::kPanel * w.cols()));
+  at::parallel_for(0, w.panels(), grain, [&](int64_t b, int64_t e) {
+    LinearPacked(in, M, w, out, w.rows(), b, e, add);
+  });
+}
+
+// Row `id` of the embedding table, as float32.
+void EmbeddingRow(const at::Tensor& table, int64_t id, float* out) {
+  const int64_t dim = table.size(1);
+  switch (TypeOf(table)) {
+    case WeightType::kFloat32:
+      std::memcpy(out, table.data_ptr<float>() + id * dim, dim * sizeof(float));
+      break;
+    case WeightType::kFloat16: {
+      const auto* h = static_cast<const uint16_t*>(table.data_ptr()) + id * dim;
+      for (int64_t i = 0; i < dim; ++i) out[i] = HalfToFloat(h[i]);
+      break;
+    }
+    case WeightType::kBFloat16: {
+      const auto* h = static_cast<const uint16_t*>(table.data_ptr()) + id * dim;
+      for (int64_t i = 0; i < dim; ++i) out[i] = BFloat16ToFloat(h[i]);
+      break;
+    }
   }
 }
 
 }  // namespace
 
-at::Tensor LlamaModel::ForwardSmallCpu(const std::vector<ForwardInput>& batch) const {
+at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const {
   const auto& c = config_;
   const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim;
   const int64_t G = H / KVH, F = c.intermediate_size, Dm = c.hidden_size, half = D / 2;
@@ -52,30 +78,31 @@ at::Tensor LlamaModel::ForwardSmallCpu(const std::vector<ForwardInput>& batch) c
   FlatBatch f = Flatten(batch);
   const int64_t N = f.ids.size();
 
-  at::Tensor x = at::empty({N, Dm}, at::kFloat);     // residual stream
-  at::Tensor h = at::empty({N, Dm}, at::kFloat);     // normalized input of each block
-  at::Tensor attn = at::empty({N, H * D}, at::kFloat);
-  at::Tensor act = at::empty({N, F}, at::kFloat);    // silu(gate) * up
-  at::Tensor qkv = at::empty({N, row}, at::kFloat);
-  at::Tensor gu = at::empty({N, 2 * F}, at::kFloat);  // gate, up
-  float* xp = x.data_ptr<float>();
-  float* hp = h.data_ptr<float>();
-  float* ap = attn.data_ptr<float>();
-  float* actp = act.data_ptr<float>();
-  const float* emb = embed_.data_ptr<float>();
-  for (int64_t r = 0; r < N; ++r) std::memcpy(xp + r * Dm, emb + f.ids[r] * Dm, Dm * sizeof(float));
+  std::vector<float> x(N * Dm);      // residual stream
+  std::vector<float> h(N * Dm);      // normalized input of each block
+  std::vector<float> attn(N * H * D);
+  std::vector<float> act(N * F);     // silu(gate) * up
+  std::vector<float> qkv(N * row);
+  std::vector<float> gu(N * 2 * F);  // gate, up
+  float* xp = x.data();
+  float* hp = h.data();
+  float* ap = attn.data();
+  for (int64_t r = 0; r < N; ++r) EmbeddingRow(embed_, f.ids[r], xp + r * Dm);
   const float* cosp = rope_cos_.data_ptr<float>();  // [P, 2, half]: cos twice
   const float* sinp = rope_sin_.data_ptr<float>();  // [P, 2, half]: -sin, then sin
-  int64_t max_new = 0;
-  for (int64_t n : f.lengths) max_new = std::max(max_new, n);
-  std::vector<float> qblock(G * max_new * D);                            // [G * n, D]
-  std::vector<float> scores(G * max_new * c.max_position_embeddings);   // [G * n, T]
+  int64_t max_new = 0, max_seen = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    max_new = std::max(max_new, f.lengths[s]);
+    max_seen = std::max(max_seen, f.past[s] + f.lengths[s]);
+  }
+  std::vector<float> qblock(G * max_new * D);     // [G * n, D]
+  std::vector<float> scores(G * max_new * max_seen);  // [G * n, T]
 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& L = layers_[l];
     RmsNormRows(xp, L.attn_norm.data_ptr<float>(), hp, N, Dm, c.rms_norm_eps);
-    Linear(h, L.wqkv, qkv, false);
-    float* qkvp = qkv.data_ptr<float>();
+    Linear(hp, N, L.qkv_packed, qkv.data(), false);
+    float* qkvp = qkv.data();
 
     // RoPE (rotate_half layout) on every q and k head of each row, at the row's position.
     for (int64_t r = 0; r < N; ++r) {
@@ -106,7 +133,7 @@ at::Tensor LlamaModel::ForwardSmallCpu(const std::vector<ForwardInput>& batch) c
       }
       // Causal attention: the query at position pos sees cache positions [0, pos]. The G query
       // heads of a key/value head and the sequence's n new positions form one [G * n, D]
-      // block, scored against the cached keys in one SmallGemm.
+      // block, scored against the cached keys in one product.
       const int64_t n = f.lengths[s], T = f.past[s] + n;
       for (int64_t kv = 0; kv < KVH; ++kv) {
         for (int64_t g = 0; g < G; ++g) {
@@ -115,7 +142,8 @@ at::Tensor LlamaModel::ForwardSmallCpu(const std::vector<ForwardInput>& batch) c
                         qkvp + (f.starts[s] + i) * row + (kv * G + g) * D, D * sizeof(float));
           }
         }
-        SmallGemm(qblock.data(), kc + kv * cap * D, scores.data(), G * n, D, T, false);
+        LinearRows(qblock.data(), G * n, D, kc + kv * cap * D, WeightType::kFloat32,
+                   scores.data(), T, 0, T, false);
         for (int64_t g = 0; g < G; ++g) {
           for (int64_t i = 0; i < n; ++i) {
             float* sr = scores.data() + (g * n + i) * T;
@@ -138,32 +166,31 @@ at::Tensor LlamaModel::ForwardSmallCpu(const std::vector<ForwardInput>& batch) c
         }
       }
     }
-    Linear(attn, L.wo, x, true);
+    Linear(ap, N, L.o_packed, xp, true);
 
     RmsNormRows(xp, L.ffn_norm.data_ptr<float>(), hp, N, Dm, c.rms_norm_eps);
-    Linear(h, L.w_gate_up, gu, false);
-    const float* gup = gu.data_ptr<float>();
+    Linear(hp, N, L.gate_up_packed, gu.data(), false);
+    const float* gup = gu.data();
     for (int64_t r = 0; r < N; ++r) {
       for (int64_t j = 0; j < F; ++j) {
         const float g = gup[r * 2 * F + j];
-        actp[r * F + j] = g / (1.0f + std::exp(-g)) * gup[r * 2 * F + F + j];
+        act[r * F + j] = g / (1.0f + std::exp(-g)) * gup[r * 2 * F + F + j];
       }
     }
-    Linear(act, L.w_down, x, true);
+    Linear(act.data(), N, L.down_packed, xp, true);
   }
   for (size_t s = 0; s < batch.size(); ++s) {
     batch[s].cache->length_ = f.past[s] + f.lengths[s];
   }
 
   const int64_t R = f.out_rows.size();
-  at::Tensor last = at::empty({R, Dm}, at::kFloat);
-  float* lp = last.data_ptr<float>();
+  std::vector<float> last(R * Dm);
   for (int64_t r = 0; r < R; ++r) {
-    RmsNormRows(xp + f.out_rows[r] * Dm, final_norm_.data_ptr<float>(), lp + r * Dm, 1, Dm,
-                c.rms_norm_eps);
+    RmsNormRows(xp + f.out_rows[r] * Dm, final_norm_.data_ptr<float>(), last.data() + r * Dm, 1,
+                Dm, c.rms_norm_eps);
   }
   at::Tensor logits = at::empty({R, c.vocab_size}, at::kFloat);
-  Linear(last, lm_head_, logits, false);
+  Linear(last.data(), R, lm_head_packed_, logits.data_ptr<float>(), false);
   return logits;
 }
 

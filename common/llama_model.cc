@@ -63,7 +63,8 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
   SPECLOOP_RETURN_IF_ERROR(ParseDtype(options.dtype, it->second.scalar_type(), device.is_cuda(),
                                       &dtype));
 
-  // Fetches a tensor, checks its shape, and moves it to the compute device and dtype.
+  // Fetches a tensor, checks its shape, and moves it to the compute device and dtype. On CPU
+  // the vectors (norm weights) stay float32 whatever the matrices' dtype.
   Status status;
   auto get = [&](const std::string& name, std::vector<int64_t> shape) -> at::Tensor {
     if (!status.ok()) return {};
@@ -82,7 +83,8 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
       status = Status::InvalidArgument("tensor " + name + " is not floating point");
       return {};
     }
-    return t->second.to(device, dtype);
+    const bool vector = shape.size() == 1 && device.is_cpu();
+    return t->second.to(device, vector ? at::kFloat : dtype);
   };
 
   std::unique_ptr<LlamaModel> m(new LlamaModel());
@@ -132,8 +134,26 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
       ps[(pos * 2 + 1) * half + j] = sv;
     }
   }
-  m->rope_cos_ = cos.to(device, dtype);
-  m->rope_sin_ = sin.to(device, dtype);
+  const at::ScalarType table_dtype = device.is_cpu() ? at::kFloat : dtype;
+  m->rope_cos_ = cos.to(device, table_dtype);
+  m->rope_sin_ = sin.to(device, table_dtype);
+  if (device.is_cpu()) {
+    auto pack = [](const at::Tensor& t) {
+      const WeightType type = t.scalar_type() == at::kHalf       ? WeightType::kFloat16
+                              : t.scalar_type() == at::kBFloat16 ? WeightType::kBFloat16
+                                                                 : WeightType::kFloat32;
+      const at::Tensor c = t.contiguous();
+      return PackedMatrix(c.data_ptr(), type, c.size(0), c.size(1));
+    };
+    for (Layer& L : m->layers_) {
+      L.qkv_packed = pack(L.wqkv);
+      L.o_packed = pack(L.wo);
+      L.gate_up_packed = pack(L.w_gate_up);
+      L.down_packed = pack(L.w_down);
+    }
+    m->lm_head_packed_ = pack(m->lm_head_);
+    m->packed_ = true;
+  }
   *out = std::move(m);
   return Status::OK();
 }
@@ -142,6 +162,7 @@ KVCache LlamaModel::NewCache(int64_t initial_capacity) const {
   const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(initial_capacity,
                                                               config_.max_position_embeddings));
   auto opts = embed_.options().requires_grad(false);
+  if (device().is_cpu()) opts = opts.dtype(at::kFloat);  // the CPU forward's activations
   std::vector<int64_t> sizes = {config_.num_hidden_layers, config_.num_key_value_heads, cap,
                                 config_.head_dim};
   return KVCache(at::empty(sizes, opts), at::empty(sizes, opts));
@@ -158,12 +179,13 @@ at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) co
 }
 
 at::Tensor LlamaModel::Forward(const std::vector<ForwardInput>& batch) const {
-  bool small = use_small_cpu_path_ && device().is_cpu() && dtype() == at::kFloat &&
-               !c10::GradMode::is_enabled() && !batch.empty();
-  for (const auto& in : batch) {
-    small = small && static_cast<int64_t>(in.tokens.size()) <= kSmallBlock;
+  if (packed_ && !c10::GradMode::is_enabled() && !batch.empty() &&
+      (use_small_cpu_path_ || dtype() != at::kFloat)) {
+    return ForwardCpu(batch);
   }
-  return small ? ForwardSmallCpu(batch) : ForwardAten(batch);
+  TORCH_CHECK(!device().is_cpu() || dtype() == at::kFloat,
+              "a model with 16-bit weights on the CPU serves inference only (no autograd)");
+  return ForwardAten(batch);
 }
 
 LlamaModel::FlatBatch LlamaModel::Flatten(const std::vector<ForwardInput>& batch) const {
@@ -336,7 +358,17 @@ std::vector<std::pair<std::string, at::Tensor>> LlamaModel::NamedWeights() const
   return w;
 }
 
-std::vector<at::Tensor> LlamaModel::Parameters() const {
+std::vector<at::Tensor> LlamaModel::Parameters() {
+  if (packed_) {
+    packed_ = false;
+    for (Layer& L : layers_) {
+      L.qkv_packed = {};
+      L.o_packed = {};
+      L.gate_up_packed = {};
+      L.down_packed = {};
+    }
+    lm_head_packed_ = {};
+  }
   std::vector<at::Tensor> p = {embed_};
   for (const Layer& L : layers_) {
     p.insert(p.end(), {L.attn_norm, L.wqkv, L.wo, L.ffn_norm, L.w_gate_up, L.w_down});

@@ -15,6 +15,7 @@
 #include <ATen/ATen.h>
 
 #include "common/kv_cache.h"
+#include "common/linear_kernels.h"
 #include "common/model_config.h"
 #include "common/safetensors.h"
 #include "common/status.h"
@@ -24,8 +25,10 @@ namespace specloop {
 struct LoadOptions {
   // "cpu", "cuda" or "cuda:N". Default: cpu.
   std::string device = "cpu";
-  // Compute dtype: "auto" (float32 on CPU, the stored dtype on CUDA), "float32", "float16",
-  // "bfloat16". Default: auto.
+  // Weight dtype: "auto" (float32 on CPU, the stored dtype on CUDA), "float32", "float16",
+  // "bfloat16". On CPU a 16-bit dtype keeps the matrices (and embeddings) in 16 bits, half the
+  // bytes a decode step streams, and computes in float32; such a model serves inference only
+  // (Forward under autograd throws). Default: auto.
   std::string dtype = "auto";
 };
 
@@ -58,6 +61,7 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
   at::Device device() const { return embed_.device(); }
+  // The weights' dtype (on CPU, activations are float32 whatever it is).
   at::ScalarType dtype() const { return embed_.scalar_type(); }
 
   // An empty cache for one sequence of this model.
@@ -78,8 +82,10 @@ class LlamaModel {
   // The weights under their Hugging Face names (fused projections split again), in load order;
   // the lm_head is left out when embeddings are tied. For saving checkpoints.
   std::vector<std::pair<std::string, at::Tensor>> NamedWeights() const;
-  // Every trainable tensor (each once).
-  std::vector<at::Tensor> Parameters() const;
+  // Every trainable tensor (each once). Training updates them in place, so from this call on
+  // the model drops its packed inference copies of the matrices and runs CPU inference from
+  // these tensors (ForwardAten). Not to be called while another thread runs Forward().
+  std::vector<at::Tensor> Parameters();
 
  private:
   struct Layer {
@@ -89,6 +95,8 @@ class LlamaModel {
     at::Tensor ffn_norm;   // [hidden]
     at::Tensor w_gate_up;  // [2 * intermediate, hidden]: gate, up stacked
     at::Tensor w_down;     // [hidden, intermediate]
+    // The CPU inference forward's copies of the four matrices (empty once trained).
+    PackedMatrix qkv_packed, o_packed, gate_up_packed, down_packed;
   };
   // The new tokens of a batch, flattened; see Flatten().
   struct FlatBatch {
@@ -106,12 +114,11 @@ class LlamaModel {
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   // Forward() over LibTorch operators: any device, any block size, autograd.
   at::Tensor ForwardAten(const std::vector<ForwardInput>& batch) const;
-  // Forward() for float32 CPU inference on blocks of at most kSmallBlock new tokens per input
-  // (decode, verification of k+1 positions): BLAS for the matmuls, plain loops for the rest,
-  // which on small models costs a fraction of LibTorch's per-operator overhead
-  // (llama_forward_cpu.cc). Same results as ForwardAten to float rounding.
-  at::Tensor ForwardSmallCpu(const std::vector<ForwardInput>& batch) const;
-  static constexpr int64_t kSmallBlock = 16;
+  // Forward() for CPU inference (no autograd), any block size, from the packed matrices in
+  // float32, float16 or bfloat16 with float32 activations and accumulation
+  // (llama_forward_cpu.cc). Same results as ForwardAten to float rounding; a row's logits do
+  // not depend on the rest of the batch.
+  at::Tensor ForwardCpu(const std::vector<ForwardInput>& batch) const;
 
   ModelConfig config_;
   at::Tensor embed_;       // [vocab, hidden]
@@ -120,10 +127,12 @@ class LlamaModel {
   at::Tensor lm_head_;     // [vocab, hidden]; the same tensor as embed_ when tied
   at::Tensor rope_cos_;    // [max_positions, 2, head_dim / 2]
   at::Tensor rope_sin_;    // [max_positions, 2, head_dim / 2]: -sin on the first half
+  PackedMatrix lm_head_packed_;
+  bool packed_ = false;    // the PackedMatrix copies are current (CPU models until trained)
 
  public:
-  // Routes to ForwardAten (false) or ForwardSmallCpu (true, when eligible). Default: true.
-  // Tests turn it off to compare the two.
+  // Routes CPU inference to ForwardAten (false) or ForwardCpu (true). Default: true. Tests
+  // turn it off to compare the two.
   void set_use_small_cpu_path(bool on) { use_small_cpu_path_ = on; }
 
  private:
