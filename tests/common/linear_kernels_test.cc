@@ -135,6 +135,99 @@ TEST(LinearRows, AccumulateAddsToTheOutputAndRespectsItsStride) {
   }
 }
 
+// Packed weights: every variant, type, block size across the tile sizes (1-12 rows, 13 as
+// 7 + 6, 33) and output counts that leave a partial panel, against the double-precision
+// product; panel ranges cover the outputs exactly once.
+TEST(LinearPacked, MatchesDoublePrecisionProduct) {
+  for (Isa isa : SupportedIsas()) {
+    for (WeightType t : {WeightType::kFloat32, WeightType::kFloat16, WeightType::kBFloat16}) {
+      for (int64_t K : {1, 40, 256}) {
+        for (int64_t O : {16, 37, 64}) {
+          Weights w = MakeWeights(t, O * K, static_cast<uint32_t>(K + O));
+          PackedMatrix packed(w.data(t), t, O, K);
+          for (int64_t M : {1, 2, 5, 6, 7, 12, 13, 33}) {
+            std::mt19937 gen(static_cast<uint32_t>(M * 7 + K));
+            std::normal_distribution<float> normal(0.0f, 1.0f);
+            std::vector<float> x(M * K);
+            for (float& v : x) v = normal(gen);
+            std::vector<float> out(M * O, NAN);
+            // Two calls over uneven panel ranges, as two threads would split them.
+            const int64_t mid = packed.panels() / 2;
+            LinearPackedIsa(isa, x.data(), M, packed, out.data(), O, 0, mid, false);
+            LinearPackedIsa(isa, x.data(), M, packed, out.data(), O, mid, packed.panels(), false);
+            for (int64_t m = 0; m < M; ++m) {
+              for (int64_t o = 0; o < O; ++o) {
+                double want = 0, scale = 0;
+                for (int64_t k = 0; k < K; ++k) {
+                  want += static_cast<double>(x[m * K + k]) * w.exact[o * K + k];
+                  scale += std::abs(static_cast<double>(x[m * K + k]) * w.exact[o * K + k]);
+                }
+                ASSERT_NEAR(out[m * O + o], want, 1e-6 * scale + 1e-30)
+                    << IsaName(isa) << " " << TypeName(t) << " K=" << K << " O=" << O
+                    << " M=" << M << " m=" << m << " o=" << o;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Each output is one fused multiply-add chain in every variant: the same bits alone or in a
+// block of 16, and on every instruction set (so a model's output does not depend on the CPU
+// it runs on).
+TEST(LinearPacked, SameBitsWhateverTheBlockAndTheInstructionSet) {
+  const int64_t K = 300, O = 50, M = 16;
+  for (WeightType t : {WeightType::kFloat32, WeightType::kFloat16, WeightType::kBFloat16}) {
+    Weights w = MakeWeights(t, O * K, 8);
+    PackedMatrix packed(w.data(t), t, O, K);
+    std::mt19937 gen(9);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(M * K);
+    for (float& v : x) v = normal(gen);
+    std::vector<float> reference;
+    for (Isa isa : SupportedIsas()) {
+      std::vector<float> block(M * O);
+      LinearPackedIsa(isa, x.data(), M, packed, block.data(), O, 0, packed.panels(), false);
+      if (reference.empty()) reference = block;
+      EXPECT_EQ(std::memcmp(block.data(), reference.data(), block.size() * sizeof(float)), 0)
+          << IsaName(isa) << " differs from " << IsaName(SupportedIsas().front()) << " "
+          << TypeName(t);
+      for (int64_t m = 0; m < M; ++m) {
+        std::vector<float> alone(O);
+        LinearPackedIsa(isa, x.data() + m * K, 1, packed, alone.data(), O, 0, packed.panels(),
+                        false);
+        EXPECT_EQ(std::memcmp(alone.data(), block.data() + m * O, O * sizeof(float)), 0)
+            << IsaName(isa) << " " << TypeName(t) << " row " << m;
+      }
+    }
+  }
+}
+
+TEST(LinearPacked, AccumulateAddsAndPaddingIsNeverWritten) {
+  const int64_t K = 32, O = 20, M = 3, ldo = 24;  // 2 panels, the second 4 rows deep
+  Weights w = MakeWeights(WeightType::kFloat32, O * K, 10);
+  PackedMatrix packed(w.data(WeightType::kFloat32), WeightType::kFloat32, O, K);
+  EXPECT_EQ(packed.panels(), 2);
+  std::vector<float> x(M * K, 0.25f);
+  for (Isa isa : SupportedIsas()) {
+    std::vector<float> fresh(M * ldo, 7.0f), added(M * ldo, 7.0f);
+    LinearPackedIsa(isa, x.data(), M, packed, fresh.data(), ldo, 0, 2, false);
+    LinearPackedIsa(isa, x.data(), M, packed, added.data(), ldo, 0, 2, true);
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t o = 0; o < ldo; ++o) {
+        if (o >= O) {  // past the last row: the padding's zeros are not stored
+          EXPECT_EQ(fresh[m * ldo + o], 7.0f) << IsaName(isa);
+          EXPECT_EQ(added[m * ldo + o], 7.0f) << IsaName(isa);
+        } else {
+          EXPECT_FLOAT_EQ(added[m * ldo + o], fresh[m * ldo + o] + 7.0f) << IsaName(isa);
+        }
+      }
+    }
+  }
+}
+
 // Every float16 bit pattern: HalfToFloat agrees with the hardware conversion the kernels use
 // (a product with the weight alone), and with known values.
 TEST(HalfToFloat, AgreesWithTheKernelsConversionOnEveryPattern) {
