@@ -17,7 +17,7 @@ namespace specloop {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, device = "cpu";
+  std::string model, prompt, device = "cpu", dtype = "auto";
   std::string draft, k = "4", draft_mode = "chain", tree = "2,2,1,1";
   bool prompt_lookup = false;
   float min_confidence = 0.0f;
@@ -30,6 +30,7 @@ struct GenerateArgs {
 int RunGenerate(const GenerateArgs& a) {
   LoadOptions load;
   load.device = a.device;
+  load.dtype = a.dtype;
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<Tokenizer> tokenizer;
   Status s = LlamaModel::Load(a.model, load, &model);
@@ -64,7 +65,9 @@ int RunGenerate(const GenerateArgs& a) {
   SpeculationPolicy policy;
   SpeculativeOptions spec_opt;
   if (!a.draft.empty()) {
-    Status ds = LlamaModel::Load(a.draft, load, &draft);
+    LoadOptions draft_load = load;
+    draft_load.dtype = "auto";  // --dtype is the target's; a draft's weights stay in cache
+    Status ds = LlamaModel::Load(a.draft, draft_load, &draft);
     if (ds.ok()) ds = CheckDraftCompatible(c, draft->config());
     if (!ds.ok()) {
       std::cerr << "specloop generate: --draft: " << ds.ToString() << "\n";
@@ -164,6 +167,10 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--top-k", a->top_k, "0 = off")->capture_default_str();
   cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--dtype", a->dtype,
+                  "target weights: auto (float32 on cpu), float32, float16 or bfloat16 (on cpu: "
+                  "16-bit weights, float32 arithmetic; half the bytes per decode step)")
+      ->capture_default_str();
   cmd->add_option("--threads", a->threads, "intra-op threads")->capture_default_str();
   cmd->add_option("--draft", a->draft, "draft model directory: speculative decoding");
   cmd->add_option("--k", a->k, "draft tokens per step: a number, or auto")->capture_default_str();

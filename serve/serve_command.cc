@@ -29,7 +29,7 @@ namespace {
 struct ServeArgs {
   std::string target, draft, host = "127.0.0.1", buffer, trainer_endpoint, k = "auto";
   std::string trainer_router, trainer_public_key, draft_staging;
-  std::string device = "cpu", model_name;
+  std::string device = "cpu", dtype = "auto", model_name;
   int port = 8000, max_batch = 16, threads = 1, http_threads = 96, log_top_k = 64;
   int max_waiting = 64, max_domains = 16, k_max = 8;
   uint64_t buffer_max_mb = 4096;
@@ -93,11 +93,14 @@ int RunServe(const ServeArgs& a) {
   }
   LoadOptions load;
   load.device = a.device;
+  load.dtype = a.dtype;
   std::unique_ptr<LlamaModel> target, draft;
   std::unique_ptr<Tokenizer> tokenizer;
   Status s = LlamaModel::Load(a.target, load, &target);
   if (s.ok()) s = Tokenizer::Load(a.target, &tokenizer);
-  if (s.ok()) s = LlamaModel::Load(a.draft, load, &draft).Annotate("--draft");
+  LoadOptions draft_load = load;
+  draft_load.dtype = "auto";  // --dtype is the target's; a draft's weights stay in cache
+  if (s.ok()) s = LlamaModel::Load(a.draft, draft_load, &draft).Annotate("--draft");
   if (s.ok()) s = CheckDraftCompatible(target->config(), draft->config()).Annotate("--draft");
   if (!s.ok()) {
     std::cerr << "specloop serve: " << s.ToString() << "\n";
@@ -291,6 +294,10 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--worker-id", a->worker_id, "worker id in records")->capture_default_str();
   cmd->add_option("--model-name", a->model_name, "served model id (default: target dir name)");
   cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--dtype", a->dtype,
+                  "target weights: auto (float32 on cpu), float32, float16 or bfloat16 (on cpu: "
+                  "16-bit weights, float32 arithmetic; half the bytes per decode step)")
+      ->capture_default_str();
   cmd->add_option("--threads", a->threads, "compute threads")->capture_default_str();
   cmd->add_option("--http-threads", a->http_threads, "HTTP worker threads")
       ->capture_default_str();
