@@ -2,10 +2,13 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -40,14 +43,53 @@ inline std::vector<std::string> SplitCommas(const std::string& text) {
 }
 
 // Loads a model directory or exits with the error: a benchmark has nothing to measure without.
-inline std::unique_ptr<LlamaModel> LoadOrDie(const std::string& dir) {
+inline std::unique_ptr<LlamaModel> LoadOrDie(const std::string& dir,
+                                             const std::string& dtype = "auto") {
+  LoadOptions options;
+  options.dtype = dtype;
   std::unique_ptr<LlamaModel> m;
-  Status s = LlamaModel::Load(dir, LoadOptions(), &m);
+  Status s = LlamaModel::Load(dir, options, &m);
   if (!s.ok()) {
     std::cerr << s.ToString() << "\n";
     std::exit(1);
   }
   return m;
+}
+
+// The machine's sequential read bandwidth in bytes per second: the median over `reps` passes
+// that sum a 512 MB buffer (16x this machine's L3), split over `threads` threads. What a
+// memory-bound decode step can approach; benchmarks print it beside their figures.
+inline double ReadBandwidth(int threads, int reps = 7) {
+  typedef float v8 __attribute__((vector_size(32)));
+  const int64_t bytes = int64_t{512} << 20;
+  std::vector<v8> buf(bytes / sizeof(v8));
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = v8{} + static_cast<float>(i & 7);
+  std::vector<double> seconds;
+  volatile float sink = 0;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<float> sums(threads);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const size_t begin = buf.size() * t / threads, end = buf.size() * (t + 1) / threads;
+        v8 a = {}, b = {}, c = {}, d = {};
+        size_t i = begin;
+        for (; i + 4 <= end; i += 4) {
+          a += buf[i];
+          b += buf[i + 1];
+          c += buf[i + 2];
+          d += buf[i + 3];
+        }
+        const v8 s = a + b + c + d;
+        sums[t] = s[0] + s[7];
+      });
+    }
+    for (auto& th : pool) th.join();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    for (float v : sums) sink = sink + v;
+  }
+  return bytes / Median(seconds);
 }
 
 }  // namespace specloop::bench

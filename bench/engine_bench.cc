@@ -1,10 +1,18 @@
-// Engine benchmark (issue 2): plain decode tokens/s at batch 1 for stories260K and target-6m,
-// and per-forward latency of target-6m and draft-mix-1m for 1 and for 5 new positions (the
-// draft/target cost ratio c and verification cost beta of the speculative issue). Also the
-// same decode through the LibTorch-operator path, to show what the small-block CPU path buys.
-// Prints JSON lines {"name", "params", "value", "unit"}; every figure is the median of several
-// runs. Usage: engine_bench [SHARED_DIR] [--threads N]
-#include <algorithm>
+// Engine benchmark: what one CPU forward costs, against what the machine allows.
+//
+// For target-wide-46m (the speed fixture: its weights stream from memory at every step) in
+// float32 and float16, on 1 thread and on every core, and for target-6m and draft-mix-1m:
+//   - forward_latency and forward_cost_ratio: one forward of n = 1, 2, 3, 5, 9, 16 new
+//     positions after 16 cached ones, as a multiple of one position (the verification cost of
+//     k = n - 1 draft tokens);
+//   - plain_decode_tokens_per_second at 16 and 300 cached positions (one position a step),
+//     the weight bytes per second that is, and its share of the measured read bandwidth;
+// plus read_bandwidth (a streaming read of 512 MB, 1 thread and every core).
+// The arms of one model and thread count are timed round-robin, one forward each in turn, and
+// every ratio is the median of per-round ratios, so the machine's drift cancels;
+// noise_same_arm_ratio is two identical 1-position arms compared the same way.
+// Prints JSON lines {"name", "params", "value", "unit"}. Usage:
+//   engine_bench [--shared DIR] [--threads N] [--reps R]    (N: the "every core" count)
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -12,54 +20,81 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_util.h"
-#include "common/threads.h"
 #include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
 
-#include "common/generate.h"
-#include "common/llama2c_convert.h"
+#include "bench/bench_util.h"
+#include "common/linear_kernels.h"
+#include "common/threads.h"
 
 namespace specloop {
 namespace {
 
 using bench::Emit;
-using bench::LoadOrDie;
 using bench::Median;
-
 using Clock = std::chrono::steady_clock;
 
-// Greedy decode of `tokens` new tokens after a 16-token prompt; median tokens/s of `runs`.
-double DecodeTokensPerSecond(LlamaModel& m, int tokens, int runs) {
-  std::vector<int> prompt = {1};
-  for (int i = 1; i < 16; ++i) prompt.push_back(100 + i);
-  GenerateOptions opt;
-  opt.max_tokens = tokens;
-  opt.sampling.temperature = 0;
-  opt.stop_at_eos = false;
-  std::vector<double> tps;
-  for (int r = 0; r < runs; ++r) {
-    GenerateResult g = GeneratePlain(m, prompt, opt);
-    tps.push_back((g.tokens.size() - 1) / g.decode_seconds);  // decode only, as run.c reports
+// One arm: a forward of `n` new positions after `past` cached ones, re-run from the same cache.
+struct Arm {
+  std::string name;
+  int n, past;
+  KVCache cache;
+  std::vector<double> seconds;
+};
+
+// Times every arm once per round, `reps` rounds; returns nothing, fills arm.seconds.
+void RunRounds(const LlamaModel& m, std::vector<Arm>& arms, int reps) {
+  c10::InferenceMode guard;
+  for (Arm& a : arms) {
+    a.cache = m.NewCache(a.past + a.n);
+    m.Forward({{&a.cache, std::vector<int64_t>(a.past, 5), false}});
   }
-  return Median(tps);
+  for (int r = -2; r < reps; ++r) {  // two warm-up rounds
+    for (Arm& a : arms) {
+      const auto t0 = Clock::now();
+      m.Forward({{&a.cache, std::vector<int64_t>(a.n, 7), true}});
+      const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (r >= 0) a.seconds.push_back(sec);
+      a.cache.Truncate(a.past);
+    }
+  }
 }
 
-// Median seconds of one Forward of `n` new positions after `past` cached positions.
-double ForwardSeconds(const LlamaModel& m, int n, int past, int reps) {
-  c10::InferenceMode guard;
-  KVCache cache = m.NewCache(past + n);
-  std::vector<int64_t> prefix(past, 5);
-  m.Forward({{&cache, prefix, false}});
-  std::vector<int64_t> block(n, 7);
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
-    m.Forward({{&cache, block, true}});
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    cache.Truncate(past);
+double MedianRatio(const Arm& a, const Arm& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < a.seconds.size(); ++i) r.push_back(a.seconds[i] / b.seconds[i]);
+  return Median(r);
+}
+
+void MeasureModel(const std::string& name, const LlamaModel& m, const std::string& dtype,
+                  int threads, int reps, double bandwidth) {
+  SetComputeThreads(threads);
+  std::vector<Arm> arms;
+  for (int n : {1, 2, 3, 5, 9, 16}) arms.push_back({"n" + std::to_string(n), n, 16, {}, {}});
+  arms.push_back({"same", 1, 16, {}, {}});
+  arms.push_back({"past300", 1, 300, {}, {}});
+  RunRounds(m, arms, reps);
+  const nlohmann::json base = {{"model", name}, {"dtype", dtype}, {"threads", threads},
+                               {"isa", IsaName(ActiveIsa())}};
+  for (size_t i = 0; i < 6; ++i) {
+    nlohmann::json p = base;
+    p.update({{"positions", arms[i].n}, {"past", 16}});
+    Emit("forward_latency", p, Median(arms[i].seconds) * 1e6, "us");
+    if (i > 0) Emit("forward_cost_ratio", p, MedianRatio(arms[i], arms[0]), "x one position");
   }
-  return Median(t);
+  Emit("noise_same_arm_ratio", base, MedianRatio(arms[6], arms[0]), "ratio");
+  const double bytes = static_cast<double>(m.StreamedWeightBytes());
+  for (const Arm* a : {&arms[0], &arms[7]}) {
+    nlohmann::json p = base;
+    p["past"] = a->past;
+    const double sec = Median(a->seconds);
+    Emit("plain_decode_tokens_per_second", p, 1.0 / sec, "tokens/s");
+    Emit("weight_bytes_per_second", p, bytes / sec / 1e9, "GB/s");
+    p["read_bandwidth_gb_s"] = bandwidth / 1e9;
+    Emit("share_of_read_bandwidth", p, bytes / sec / bandwidth, "fraction");
+  }
+  nlohmann::json p = base;
+  Emit("long_context_vs_short", p, 1.0 / MedianRatio(arms[7], arms[0]), "ratio (past 300 / 16)");
 }
 
 }  // namespace
@@ -68,58 +103,36 @@ double ForwardSeconds(const LlamaModel& m, int n, int past, int reps) {
 int main(int argc, char** argv) {
   using namespace specloop;
   std::string shared = SPECLOOP_SHARED_DIR;
-  int threads = 1;
+  int all = AvailableCores(), reps = 31;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
-      threads = std::atoi(argv[++i]);
+      all = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--shared") && i + 1 < argc) {
+      shared = argv[++i];
     } else {
-      shared = argv[i];
+      std::cerr << "usage: engine_bench [--shared DIR] [--threads N] [--reps R]\n";
+      return 2;
     }
   }
-  SetComputeThreads(threads);
-  const nlohmann::json base = {{"threads", threads}};
-
-  const std::string stories = "/tmp/specloop-bench-stories260K";
-  Status s = ConvertLlama2c(shared + "/models/stories260K/stories260K.bin",
-                            shared + "/models/stories260K/tok512.bin", stories);
-  if (!s.ok()) {
-    std::cerr << s.ToString() << "\n";
-    return 1;
+  std::vector<int> thread_counts = {1};
+  if (all > 1) thread_counts.push_back(all);
+  std::vector<double> bandwidth;
+  for (int t : thread_counts) {
+    bandwidth.push_back(bench::ReadBandwidth(t));
+    Emit("read_bandwidth", {{"threads", t}, {"buffer_mb", 512}}, bandwidth.back() / 1e9, "GB/s");
   }
-  auto st = LoadOrDie(stories);
-  auto target = LoadOrDie(shared + "/models/target-6m");
-  auto draft = LoadOrDie(shared + "/models/draft-mix-1m");
-
-  for (auto& [name, model, tokens] :
-       std::vector<std::tuple<std::string, LlamaModel*, int>>{{"stories260K", st.get(), 256},
-                                                              {"target-6m", target.get(), 128}}) {
-    for (bool small : {true, false}) {
-      model->set_use_small_cpu_path(small);
-      nlohmann::json p = base;
-      p.update({{"model", name}, {"batch", 1}, {"new_tokens", tokens},
-                {"path", small ? "small_cpu" : "aten"}});
-      Emit("decode_tokens_per_second", p, DecodeTokensPerSecond(*model, tokens, 5), "tokens/s");
-    }
-    model->set_use_small_cpu_path(true);
-  }
-
-  const int past = 128, reps = 41;
-  double t1 = 0, t5 = 0, d1 = 0;
-  for (auto& [name, model] : std::vector<std::pair<std::string, LlamaModel*>>{
-           {"target-6m", target.get()}, {"draft-mix-1m", draft.get()}}) {
-    for (int n : {1, 5}) {
-      const double sec = ForwardSeconds(*model, n, past, reps);
-      nlohmann::json p = base;
-      p.update({{"model", name}, {"positions", n}, {"past", past}});
-      Emit("forward_latency", p, sec * 1e6, "us");
-      if (name == "target-6m") (n == 1 ? t1 : t5) = sec;
-      if (name == "draft-mix-1m" && n == 1) d1 = sec;
+  const std::string models = shared + "/models/";
+  for (const std::string dtype : {"float32", "float16"}) {
+    auto wide = bench::LoadOrDie(models + "target-wide-46m", dtype);
+    for (size_t i = 0; i < thread_counts.size(); ++i) {
+      MeasureModel("target-wide-46m", *wide, dtype, thread_counts[i], reps, bandwidth[i]);
     }
   }
-  nlohmann::json p = base;
-  p.update({{"target", "target-6m"}, {"draft", "draft-mix-1m"}, {"past", past}});
-  Emit("draft_target_cost_ratio_c", p, d1 / t1, "ratio");
-  p["k"] = 4;
-  Emit("verify_cost_beta", p, t5 / t1, "ratio");
+  auto small = bench::LoadOrDie(models + "target-6m");
+  auto draft = bench::LoadOrDie(models + "draft-mix-1m");
+  MeasureModel("target-6m", *small, "float32", 1, reps, bandwidth[0]);
+  MeasureModel("draft-mix-1m", *draft, "float32", 1, reps, bandwidth[0]);
   return 0;
 }

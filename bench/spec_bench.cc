@@ -1,4 +1,7 @@
-// Speculative decoding benchmark (issue 3), one run on target-6m: for each draft and each
+// Speculative decoding benchmark, one run on `--target` (default target-wide-46m, the speed
+// fixture; target-6m is the do-no-harm case), `--dtype` of its weights (default float32) and
+// `--threads` (default 1). It prints first the machine's read bandwidth (one thread and every
+// core) and plain decoding's weight bytes per second as a share of it. Then for each draft and each
 // domain, plain vs speculative tokens/s at k = 1..8 and auto; measured alpha (per-token
 // acceptance, geometric estimate), c (draft cost per token over one target decode step) and
 // beta(k) (target forward of k + 1 positions over one of 1 position), and the measured
@@ -24,7 +27,8 @@
 // flat in the context) or `--b-plain-run N` (0: plain forwards timed in the rounds) adds a
 // second auto arm, "auto_b", whose policy differs in that only ("auto_b_vs_plain",
 // "auto_vs_auto_b"); `--no-fixed` leaves out k = 1..8 (shorter).
-// Usage: spec_bench [--shared DIR] [--prompts N] [--tokens N] [--reps N] [--temperature T]
+// Usage: spec_bench [--shared DIR] [--target NAME] [--dtype D] [--threads N]
+//                   [--prompts N] [--tokens N] [--reps N] [--temperature T]
 //                   [--drafts a,b] [--domains a,b] [--b-plain-probe-interval N]
 //                   [--b-max-probe-interval N] [--b-plain-probe-steps N]
 //                   [--b-cold-plain-steps N] [--b-forget-per-any-step 0|1]
@@ -83,7 +87,8 @@ void Lockstep(PlainGeneration* plain, SpeculativeGeneration* other) {
 int main(int argc, char** argv) {
   using namespace specloop;
   std::string shared = SPECLOOP_SHARED_DIR;
-  int n_prompts = 5, max_tokens = 64, reps = 5;
+  std::string target_name = "target-wide-46m", dtype = "float32";
+  int n_prompts = 5, max_tokens = 64, reps = 5, threads = 1;
   float temperature = 0.0f;
   // The auto_b arm (none unless one of these is given): its policy options and its
   // calibration (A: the defaults).
@@ -105,6 +110,9 @@ int main(int argc, char** argv) {
     if (!std::strcmp(flag, "--drafts")) drafts = bench::SplitCommas(value);
     if (!std::strcmp(flag, "--domains")) domains = bench::SplitCommas(value);
     if (!std::strcmp(flag, "--shared")) shared = value;
+    if (!std::strcmp(flag, "--target")) target_name = value;
+    if (!std::strcmp(flag, "--dtype")) dtype = value;
+    if (!std::strcmp(flag, "--threads")) threads = std::atoi(value);
     if (!std::strcmp(flag, "--prompts")) n_prompts = std::atoi(value);
     if (!std::strcmp(flag, "--tokens")) max_tokens = std::atoi(value);
     if (!std::strcmp(flag, "--reps")) reps = std::atoi(value);
@@ -120,11 +128,16 @@ int main(int argc, char** argv) {
     if (!std::strcmp(flag, "--b-count-switch-cost")) b_count_switch_cost = std::atoi(value);
     if (!std::strcmp(flag, "--b-repay-confidence")) b_repay_confidence = std::atof(value);
   }
-  SetComputeThreads(1);
+  for (int t : {1, AvailableCores()}) {
+    Emit("read_bandwidth", {{"threads", t}, {"buffer_mb", 512}}, bench::ReadBandwidth(t) / 1e9,
+         "GB/s");
+    if (AvailableCores() == 1) break;
+  }
+  SetComputeThreads(threads);
   c10::InferenceMode guard;
-  auto target = LoadOrDie(shared + "/models/target-6m");
+  auto target = LoadOrDie(shared + "/models/" + target_name, dtype);
   std::unique_ptr<Tokenizer> tok;
-  if (!Tokenizer::Load(shared + "/models/target-6m", &tok).ok()) return 1;
+  if (!Tokenizer::Load(shared + "/models/" + target_name, &tok).ok()) return 1;
   const int k_max = 8;
   // Costs, measured once for the run: target forward of n positions (after 16 and after 256
   // cached tokens; c and beta are at 256), draft forward of one.
@@ -132,6 +145,10 @@ int main(int argc, char** argv) {
   SpeculationPolicy costs;
   CalibrateSpeculationPolicy(*target, nullptr, k_max, &costs, calibration);
   const double t1 = costs.target_seconds(1, calibration.context);
+  const json run = {{"target", target_name}, {"dtype", dtype}, {"threads", threads}};
+  Emit("plain_weight_bytes_per_second", run,
+       target->StreamedWeightBytes() / costs.target_seconds(1, calibration.short_context) / 1e9,
+       "GB/s");
   for (int n = 1; n <= k_max + 1; ++n) {
     for (int context : {calibration.short_context, calibration.context}) {
       Emit("target_forward_latency", {{"positions", n}, {"context", context}},

@@ -158,6 +158,16 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
   return Status::OK();
 }
 
+int64_t LlamaModel::StreamedWeightBytes() const {
+  if (!packed_) return 0;
+  int64_t bytes = lm_head_packed_.bytes();
+  for (const Layer& L : layers_) {
+    bytes += L.qkv_packed.bytes() + L.o_packed.bytes() + L.gate_up_packed.bytes() +
+             L.down_packed.bytes();
+  }
+  return bytes;
+}
+
 KVCache LlamaModel::NewCache(int64_t initial_capacity) const {
   const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(initial_capacity,
                                                               config_.max_position_embeddings));

@@ -64,6 +64,10 @@ class LlamaModel {
   // The weights' dtype (on CPU, activations are float32 whatever it is).
   at::ScalarType dtype() const { return embed_.scalar_type(); }
 
+  // The weight bytes one CPU inference forward reads: every packed matrix once (0 once the
+  // model is trained in place, or off the CPU). What bounds a decode step from below.
+  int64_t StreamedWeightBytes() const;
+
   // An empty cache for one sequence of this model.
   KVCache NewCache(int64_t initial_capacity = 64) const;
 

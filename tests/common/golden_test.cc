@@ -2,6 +2,7 @@
 // - stories260K (llama2.c format): `specloop convert llama2c`, then greedy decoding, must give
 //   llama2.c run.c's own prompt ids and generated ids, token for token.
 // - target-6m: the PyTorch training implementation's greedy ids and top-5 log-probs (1e-4).
+// - target-wide-46m: a float64 reference forward's, in float32 and with float16 weights.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -99,16 +100,21 @@ TEST(Golden, Stories260KThroughTheCommandLine) {
   EXPECT_TRUE(r["text"].is_string());
 }
 
-TEST(Golden, Target6mMatchesPyTorchReference) {
+// Feeds each golden prompt and its golden continuation in one forward and compares the top-5
+// log-probs (within `tolerance`) and the argmax, then decodes greedily from the prompt. Returns
+// the log-probs of the forwards, one tensor per prompt.
+std::vector<at::Tensor> CheckGolden(const std::string& dir, const LoadOptions& options,
+                                    double tolerance) {
   c10::InferenceMode guard;
-  const std::string dir = testing::SharedDir() + "/models/target-6m";
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<Tokenizer> tok;
-  ASSERT_TRUE(LlamaModel::Load(dir, LoadOptions(), &model).ok());
-  ASSERT_TRUE(Tokenizer::Load(dir, &tok).ok());
+  EXPECT_TRUE(LlamaModel::Load(dir, options, &model).ok());
+  EXPECT_TRUE(Tokenizer::Load(dir, &tok).ok());
+  if (!model || !tok) return {};
   auto rows = ReadJsonl(dir + "/golden-greedy.jsonl");
-  ASSERT_EQ(rows.size(), 10u);
+  EXPECT_EQ(rows.size(), 10u);
   int encoded_checked = 0;
+  std::vector<at::Tensor> all;
   for (const json& g : rows) {
     auto input = g["input_ids"].get<std::vector<int>>();
     auto expected = g["generated"].get<std::vector<int>>();
@@ -119,7 +125,6 @@ TEST(Golden, Target6mMatchesPyTorchReference) {
       EXPECT_EQ(enc, input) << g["prompt"];
       ++encoded_checked;
     }
-    // Feed the golden ids, then the golden continuation, and compare top-5 log-probs.
     KVCache cache = model->NewCache();
     std::vector<int64_t> seq(input.begin(), input.end());
     seq.insert(seq.end(), expected.begin(), expected.end() - 1);
@@ -128,7 +133,7 @@ TEST(Golden, Target6mMatchesPyTorchReference) {
       at::Tensor row = logp[input.size() - 1 + i];
       EXPECT_EQ(row.argmax().item<int64_t>(), expected[i]) << g["domain"] << " position " << i;
       for (const auto& pair : g["top5_logprobs"][i]) {
-        EXPECT_NEAR(row[pair[0].get<int>()].item<double>(), pair[1].get<double>(), 1e-4);
+        EXPECT_NEAR(row[pair[0].get<int>()].item<double>(), pair[1].get<double>(), tolerance);
       }
     }
     GenerateOptions opt;
@@ -136,8 +141,28 @@ TEST(Golden, Target6mMatchesPyTorchReference) {
     opt.max_tokens = expected.size();
     opt.stop_at_eos = false;
     EXPECT_EQ(GeneratePlain(*model, input, opt).tokens, expected) << g["domain"];
+    all.push_back(logp);
   }
   EXPECT_GE(encoded_checked, 5);
+  return all;
+}
+
+// target-6m: the PyTorch training implementation's outputs.
+TEST(Golden, Target6mMatchesPyTorchReference) {
+  CheckGolden(testing::SharedDir() + "/models/target-6m", LoadOptions(), 1e-4);
+}
+
+// target-wide-46m (stored in float16): an independent float64 forward's outputs, with the
+// weights loaded as float32 and kept in float16. Converting a float16 weight to float32 is
+// exact and the kernels' arithmetic is the same, so both modes give the same bits.
+TEST(Golden, TargetWide46mMatchesReferenceInFloat32AndFloat16) {
+  const std::string dir = testing::SharedDir() + "/models/target-wide-46m";
+  LoadOptions half;
+  half.dtype = "float16";
+  const std::vector<at::Tensor> f32 = CheckGolden(dir, LoadOptions(), 1e-4);
+  const std::vector<at::Tensor> f16 = CheckGolden(dir, half, 1e-4);
+  ASSERT_EQ(f32.size(), f16.size());
+  for (size_t i = 0; i < f32.size(); ++i) EXPECT_TRUE(at::equal(f32[i], f16[i])) << "prompt " << i;
 }
 
 }  // namespace
