@@ -116,17 +116,21 @@ void LinearAny(const float* x, long M, long K, const void* w, int type, float* o
 // LinearPacked: weights in panels of 16 outputs stored [K][16] (PackedMatrix). A tile holds
 // MR rows x NV vectors of outputs (NV * kLanes outputs within one or two panels): per k it
 // loads NV weight vectors and broadcasts MR input scalars, MR * NV fused multiply-adds. Each
-// output is one multiply-add chain over k in order.
+// output is one multiply-add chain over k in order. `next`: how many elements ahead of this
+// tile's panels the next tile's start (0: none, or not to be asked for).
 //
-// Each panel is one sequential stream; the loads ask for the weights kPrefetchSteps columns
-// ahead (2 KB of float32), into L2: without it, a tile of many rows computes long enough
-// between loads that the memory sat idle (target-wide-46m's matrices, one thread: 9 rows cost
-// 1.3x one row and one row read 21.5 GB/s against a 24.5 GB/s streaming read; with it 1.2x and
-// ~24 GB/s).
-constexpr long kPrefetchSteps = 32;
+// Each panel is one sequential stream, and the loads ask for weights ahead of use, into L2. A
+// tile of one or two rows computes fast enough to keep pace with memory: it asks for its own
+// panels kNearSteps columns (2 KB of float32) ahead. A tile of more rows computes long enough
+// between loads that such near requests left the memory idle: it asks for the next tile's
+// weights as it reads its own (`next`, a whole tile ahead). Measured on target-wide-46m's
+// matrices, one thread, both ways in one interleaved run: rows 1 / 5 / 9 took 7.9 / 10.5 /
+// 11.8 ms asking near, 9.0 / 8.8 / 9.9 ms asking for the next tile.
+constexpr long kNearSteps = 32;
+
 template <class W, int MR, int NV>
 inline void PackedTile(const float* x, long K, const typename W::T* panel, long panel_stride,
-                       float* out, long ldo, long valid, bool add) {
+                       float* out, long ldo, long valid, bool add, long next) {
   vec acc[MR][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
@@ -143,7 +147,11 @@ inline void PackedTile(const float* x, long K, const typename W::T* panel, long 
     vec wv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      __builtin_prefetch(p[v] + (k + kPrefetchSteps) * 16, 0, 1);
+      if (MR <= 2) {
+        __builtin_prefetch(p[v] + (k + kNearSteps) * 16, 0, 1);
+      } else if (next != 0) {
+        __builtin_prefetch(p[v] + next + k * 16, 0, 1);
+      }
       wv[v] = W::Load(p[v] + k * 16);
     }
 #pragma GCC unroll 16
@@ -170,7 +178,7 @@ inline void PackedTile(const float* x, long K, const typename W::T* panel, long 
 
 template <class W, int NV>
 inline void PackedColumns(const float* x, long M, long K, const typename W::T* panel,
-                          float* out, long ldo, long valid, bool add) {
+                          float* out, long ldo, long valid, bool add, long next) {
   const long chunks = (M + V::kPackedRows - 1) / V::kPackedRows;
   long m = 0;
   for (long c = 0; c < chunks; ++c) {
@@ -179,7 +187,8 @@ inline void PackedColumns(const float* x, long M, long K, const typename W::T* p
     float* om = out + m * ldo;
     switch (rows) {
 #define SPECLOOP_TILE_CASE(R) \
-  case R: PackedTile<W, R, NV>(xm, K, panel, K * 16, om, ldo, valid, add); break;
+  case R: PackedTile<W, R, NV>(xm, K, panel, K * 16, om, ldo, valid, add, c ? 0 : next); \
+    break;
       SPECLOOP_TILE_CASE(1)
       SPECLOOP_TILE_CASE(2)
       SPECLOOP_TILE_CASE(3)
@@ -208,10 +217,11 @@ void Packed(const float* x, long M, long K, long O, const void* weights, float* 
   long o = panel_begin * 16;
   const long end = panel_end * 16;
   for (; o + kTile <= end; o += kTile) {
-    PackedColumns<W, V::kPackedVectors>(x, M, K, w + o * K, out + o, ldo, O - o, add);
+    const long next = o + kTile < end ? kTile * K : 0;  // the next tile, elements ahead
+    PackedColumns<W, V::kPackedVectors>(x, M, K, w + o * K, out + o, ldo, O - o, add, next);
   }
   if (o < end) {  // one panel of 16 left where a tile holds two
-    PackedColumns<W, 16 / V::kLanes>(x, M, K, w + o * K, out + o, ldo, O - o, add);
+    PackedColumns<W, 16 / V::kLanes>(x, M, K, w + o * K, out + o, ldo, O - o, add, 0);
   }
 }
 
