@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include <ATen/Parallel.h>
 
@@ -16,7 +17,10 @@ int AvailableCores() {
 }
 
 void SetComputeThreads(int n) {
-  if (n <= 0) n = AvailableCores();
+  if (n <= 0) {
+    const char* env = std::getenv("OMP_NUM_THREADS");
+    n = env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : AvailableCores();
+  }
   at::set_num_threads(n);
   using SetThreads = void (*)(int);
   if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {

@@ -21,7 +21,7 @@ struct GenerateArgs {
   std::string draft, k = "4", draft_mode = "chain", tree = "2,2,1,1";
   bool prompt_lookup = false;
   float min_confidence = 0.0f;
-  int max_tokens = 128, top_k = 0, threads = 1;
+  int max_tokens = 128, top_k = 0, threads = 0;
   float temperature = 1.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool json = false, ignore_eos = false;
@@ -171,7 +171,8 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
                   "target weights: auto (float32 on cpu), float32, float16 or bfloat16 (on cpu: "
                   "16-bit weights, float32 arithmetic; half the bytes per decode step)")
       ->capture_default_str();
-  cmd->add_option("--threads", a->threads, "intra-op threads")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "compute threads (0: every core)")
+      ->capture_default_str();
   cmd->add_option("--draft", a->draft, "draft model directory: speculative decoding");
   cmd->add_option("--k", a->k, "draft tokens per step: a number, or auto")->capture_default_str();
   cmd->add_option("--draft-mode", a->draft_mode, "chain or tree (a tree of candidates per step)")

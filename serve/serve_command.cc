@@ -30,7 +30,7 @@ struct ServeArgs {
   std::string target, draft, host = "127.0.0.1", buffer, trainer_endpoint, k = "auto";
   std::string trainer_router, trainer_public_key, draft_staging;
   std::string device = "cpu", dtype = "auto", model_name;
-  int port = 8000, max_batch = 16, threads = 1, http_threads = 96, log_top_k = 64;
+  int port = 8000, max_batch = 16, threads = 0, http_threads = 96, log_top_k = 64;
   int max_waiting = 64, max_domains = 16, k_max = 8;
   uint64_t buffer_max_mb = 4096;
   // Security limits (HttpServerOptions); 0 for the two token limits means the context.
@@ -298,7 +298,8 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "target weights: auto (float32 on cpu), float32, float16 or bfloat16 (on cpu: "
                   "16-bit weights, float32 arithmetic; half the bytes per decode step)")
       ->capture_default_str();
-  cmd->add_option("--threads", a->threads, "compute threads")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "compute threads (0: every core)")
+      ->capture_default_str();
   cmd->add_option("--http-threads", a->http_threads, "HTTP worker threads")
       ->capture_default_str();
   cmd->callback([a, exit_code] {

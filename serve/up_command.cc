@@ -12,6 +12,11 @@
 // SIGINT/SIGTERM stop both children (SIGTERM, SIGKILL after 20 s); exit 0 when both stopped
 // cleanly. Ports given as 0 are chosen once at start and kept across restarts. With
 // --no-train only the server runs, with its draft fixed.
+//
+// Cores: the server and the trainer share the machine. Unless told otherwise (--threads, or
+// --serve-arg=--threads / --train-arg=--threads), the trainer gets one compute thread and the
+// server every other core this process may run on, at least one (on 2 cores: 1 and 1); with
+// --no-train the server gets every core.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +28,7 @@
 #include <vector>
 
 #include "common/free_port.h"
+#include "common/threads.h"
 #include "serve/commands.h"
 #include "serve/supervisor.h"
 
@@ -31,8 +37,9 @@ namespace specloop {
 namespace {
 
 struct UpArgs {
-  std::string target, draft, data = "./specloop-data", host = "127.0.0.1";
+  std::string target, draft, data = "./specloop-data", host = "127.0.0.1", dtype = "auto";
   int port = 8000, trainer_metrics_port = 9091, trainer_pub_port = 0, trainer_router_port = 0;
+  int threads = 0;  // the server's compute threads; 0: the cores less the trainer's one
   double max_backoff_seconds = 30;
   bool no_train = false;
   std::vector<std::string> serve_args, train_args;
@@ -40,6 +47,14 @@ struct UpArgs {
 
 
 bool MakeDir(const std::string& dir) { return mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST; }
+
+// Whether `args` set the option `name` ("--name value" or "--name=value").
+bool HasOption(const std::vector<std::string>& args, const std::string& name) {
+  for (const std::string& arg : args) {
+    if (arg == name || arg.rfind(name + "=", 0) == 0) return true;
+  }
+  return false;
+}
 
 int RunUp(UpArgs a) {
   char exe[PATH_MAX];
@@ -70,10 +85,16 @@ int RunUp(UpArgs a) {
   serve.name = "serve";
   serve.argv = {exe,      "serve",         "--target",           a.target,
                 "--draft", a.draft,        "--host",             a.host,
-                "--port",  std::to_string(a.port), "--buffer",   buffer};
+                "--port",  std::to_string(a.port), "--buffer",   buffer,
+                "--dtype", a.dtype};
   if (!a.no_train) {
     serve.argv.insert(serve.argv.end(), {"--draft-staging", drafts, "--trainer-endpoint", pub,
                                          "--trainer-router", router});
+  }
+  if (!HasOption(a.serve_args, "--threads")) {
+    const int cores = AvailableCores();
+    const int threads = a.threads > 0 ? a.threads : a.no_train ? cores : std::max(1, cores - 1);
+    serve.argv.push_back("--threads=" + std::to_string(threads));
   }
   serve.argv.insert(serve.argv.end(), a.serve_args.begin(), a.serve_args.end());
   serve.ready_text = "specloop serve: listening on";
@@ -83,6 +104,7 @@ int RunUp(UpArgs a) {
                 "--buffer",    buffer,      "--checkpoints",  checkpoints,
                 "--pub",       pub,         "--router",       router,
                 "--metrics-port", std::to_string(a.trainer_metrics_port)};
+  if (!HasOption(a.train_args, "--threads")) train.argv.push_back("--threads=1");
   train.argv.insert(train.argv.end(), a.train_args.begin(), a.train_args.end());
   train.ready_text = "specloop train: live draft";
 
@@ -136,6 +158,12 @@ void AddUpCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--no-train", a->no_train,
                "serve only: no trainer, the draft stays fixed (still logged to the buffer)");
+  cmd->add_option("--threads", a->threads,
+                  "the server's compute threads (0: every core but the trainer's one)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", a->dtype,
+                  "the target's weights: auto (float32 on cpu), float32, float16 or bfloat16")
+      ->capture_default_str();
   cmd->add_option("--serve-arg", a->serve_args,
                   "extra argument for `specloop serve` (repeatable; --serve-arg=--k=4)");
   cmd->add_option("--train-arg", a->train_args,
