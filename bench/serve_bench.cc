@@ -1,5 +1,7 @@
-// Serving benchmark (issue 6), one run: the whole stack in-process (HttpServer + Scheduler +
-// SampleLogger on target-6m / draft-mix-1m) over loopback HTTP, closed-loop clients at
+// Serving benchmark, one run: the whole stack in-process (HttpServer + Scheduler +
+// SampleLogger on `--target` (default target-wide-46m, the speed fixture; target-6m is the
+// do-no-harm case) / draft-mix-1m, `--threads` compute threads (default 0: every core, as
+// `specloop serve`), `--dtype` of the target's weights) over loopback HTTP, closed-loop clients at
 // concurrency 1, 4 and 16, each sending completions (prompts from every domain, sampled at
 // temperature 0.8) back to back. Four modes: speculation auto with logging, speculation off
 // (k = 0) with logging, auto with logging off, and off with logging off. Logging's own cost is
@@ -14,8 +16,11 @@
 // entry, a partial_sort over all ids) on the same rows ("logger_fill_topk",
 // "logger_fill_topk_vs_direct").
 // JSON lines {"name", "params", "value", "unit"}.
-// Also the mean speculation length of the timed part (draft tokens per step).
-// Usage: serve_bench [--shared DIR] [--reps N] [--requests N] [--tokens N] [--warmup N]
+// Also the mean speculation length of the timed part (draft tokens per step), the machine's read
+// bandwidth, and plain decoding's throughput at each concurrency over one client
+// ("serve_off_scaling": one batched forward streams the weights once for every sequence).
+// Usage: serve_bench [--shared DIR] [--target NAME] [--threads N] [--dtype D] [--reps N]
+//                    [--requests N] [--tokens N] [--warmup N]
 //                    [--concurrency N (default: 1, 4 and 16)]
 #include <algorithm>
 #include <chrono>
@@ -66,13 +71,16 @@ struct RunResult {
 
 // One stack, `concurrency` clients, `requests` requests per client.
 // `warmup` untimed requests per client first (different prompts' seeds, same mix).
-RunResult RunOnce(const std::string& shared, const Mode& mode, int concurrency, int requests,
+RunResult RunOnce(const std::string& shared, const std::string& target_name,
+                  const std::string& dtype, const Mode& mode, int concurrency, int requests,
                   int warmup, int tokens,
                   const std::vector<std::pair<std::string, std::string>>& prompts) {
-  const std::string target_dir = shared + "/models/target-6m";
+  const std::string target_dir = shared + "/models/" + target_name;
   std::unique_ptr<LlamaModel> target, draft;
   std::unique_ptr<Tokenizer> tokenizer;
-  if (!LlamaModel::Load(target_dir, {}, &target).ok() ||
+  LoadOptions target_load;
+  target_load.dtype = dtype;
+  if (!LlamaModel::Load(target_dir, target_load, &target).ok() ||
       !LlamaModel::Load(shared + "/models/draft-mix-1m", {}, &draft).ok() ||
       !Tokenizer::Load(target_dir, &tokenizer).ok()) {
     std::cerr << "serve_bench: cannot load the fixture models under " << shared << "\n";
@@ -100,7 +108,7 @@ RunResult RunOnce(const std::string& shared, const Mode& mode, int concurrency, 
   (void)scheduler.Start();
   HttpServerOptions ho;
   ho.port = 0;
-  ho.model_name = "target-6m";
+  ho.model_name = target_name;
   HttpServer server(ho, &scheduler, metrics.get(), tokenizer.get(), &target->config(),
                     logger.get(), sample_logger.get());
   int port = 0;
@@ -221,18 +229,26 @@ void BenchFillTopK() {
 
 int main(int argc, char** argv) {
   using namespace specloop;
-  std::string shared = SPECLOOP_SHARED_DIR;
-  int reps = 5, requests = 0, tokens = 64, warmup = 4;
+  std::string shared = SPECLOOP_SHARED_DIR, target = "target-wide-46m", dtype = "auto";
+  int reps = 5, requests = 0, tokens = 64, warmup = 4, threads = 0;
   std::vector<int> concurrencies = {1, 4, 16};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--shared")) shared = argv[i + 1];
+    if (!std::strcmp(argv[i], "--target")) target = argv[i + 1];
+    if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
+    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--requests")) requests = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--concurrency")) concurrencies = {std::atoi(argv[i + 1])};
   }
-  SetComputeThreads(1);
+  for (int t : {1, AvailableCores()}) {
+    Emit("read_bandwidth", {{"threads", t}, {"buffer_mb", 512}}, bench::ReadBandwidth(t) / 1e9,
+         "GB/s");
+    if (AvailableCores() == 1) break;
+  }
+  SetComputeThreads(threads);
   BenchFillTopK();
   std::vector<std::pair<std::string, std::string>> prompts;
   for (const std::string domain : {"prose", "python", "c", "legal", "docs"}) {
@@ -253,12 +269,14 @@ int main(int argc, char** argv) {
                                    {"off", 0, true},
                                    {"auto_nolog", -1, false},
                                    {"off_nolog", 0, false}};
+  double off_at_one = 0;  // plain decoding's throughput at one client, when measured
   for (int conc : concurrencies) {
     const int per_client = requests > 0 ? requests : std::max(4, 64 / conc);
     std::map<std::string, std::vector<RunResult>> runs;  // mode -> one result per repetition
     for (int r = 0; r < reps; ++r) {
       for (const Mode& m : modes) {
-        runs[m.name].push_back(RunOnce(shared, m, conc, per_client, warmup, tokens, mixed));
+        runs[m.name].push_back(
+            RunOnce(shared, target, dtype, m, conc, per_client, warmup, tokens, mixed));
       }
     }
     for (const Mode& m : modes) {
@@ -270,6 +288,9 @@ int main(int argc, char** argv) {
         p99.push_back(rr.p99);
       }
       const json params = {{"mode", m.name},
+                           {"target", target},
+                           {"dtype", dtype},
+                           {"threads", threads},
                            {"concurrency", conc},
                            {"max_tokens", tokens},
                            {"requests_per_client", per_client},
@@ -279,6 +300,10 @@ int main(int argc, char** argv) {
       Emit("serve_latency_p50", params, Median(p50), "s");
       Emit("serve_latency_p99", params, Median(p99), "s");
       Emit("serve_k_mean", params, Median(k_mean), "tokens");
+      if (m.name == "off" && conc == 1) off_at_one = Median(t);
+      if (m.name == "off" && conc > 1 && off_at_one > 0) {
+        Emit("serve_off_scaling", params, Median(t) / off_at_one, "x one client");
+      }
     }
     std::vector<double> auto_over_off, overhead, overhead_plain;
     for (int r = 0; r < reps; ++r) {

@@ -50,15 +50,51 @@ size_t DraftModelProposer::Kept(const std::vector<int>& context) const {
   return keep == context.size() && keep > 0 ? keep - 1 : keep;
 }
 
-at::Tensor DraftModelProposer::Feed(const std::vector<int>& context, size_t* fed) {
+ForwardInput DraftModelProposer::FeedInput(const std::vector<int>& context) {
   SettleTree(context);
   const size_t keep = Kept(context);
   cache_.Truncate(keep);
   cached_.resize(keep);
-  std::vector<int64_t> feed(context.begin() + keep, context.end());
-  *fed = feed.size();
+  ForwardInput in;
+  in.cache = &cache_;
+  in.tokens.assign(context.begin() + keep, context.end());
   cached_.insert(cached_.end(), context.begin() + keep, context.end());
-  return draft_->Forward({{&cache_, std::move(feed), false}});
+  return in;
+}
+
+void DraftModelProposer::Begin(DraftBlock* out) {
+  out->Clear();
+  last_seconds_ = 0.0;
+  last_catch_up_ = CatchUp();
+}
+
+int DraftModelProposer::Draw(const float* row, int i, int max_k, DraftBlock* out) {
+  const int V = draft_->config().vocab_size;
+  int token;
+  float confidence;
+  if (sampling_.greedy()) {
+    token = Argmax(row, V);
+    if (min_confidence_ > 0.0f) {
+      Softmax(row, V, &scratch_);
+      confidence = scratch_[token];
+    } else {
+      confidence = 1.0f;
+    }
+  } else {
+    ProcessedDistribution(row, V, sampling_, &scratch_);
+    token = SampleFrom(scratch_.data(), V, &rng_);
+    confidence = scratch_[token];
+  }
+  if (confidence < min_confidence_) return -1;
+  out->tokens.push_back(token);
+  if (!sampling_.greedy()) out->probs.insert(out->probs.end(), scratch_.begin(), scratch_.end());
+  // The last token of a block is never fed: its q is all verification needs.
+  if (i + 1 == max_k ||
+      static_cast<int>(cached_.size()) + 1 >= draft_->config().max_position_embeddings) {
+    return -1;
+  }
+  cached_.push_back(token);
+  return token;
 }
 
 // A block always feeds the pending token, and after a fully accepted block the last draft too;
@@ -76,60 +112,112 @@ int64_t DraftModelProposer::CatchUpTokens(const std::vector<int>& context) const
 void DraftModelProposer::Propose(const std::vector<int>& context, int max_k, DraftBlock* out) {
   using Clock = std::chrono::steady_clock;
   c10::InferenceMode guard;
-  out->Clear();
-  last_seconds_ = 0.0;
-  last_catch_up_ = CatchUp();
-  const int V = draft_->config().vocab_size;
-  const int limit = draft_->config().max_position_embeddings;
-  if (max_k > 0 && !context.empty()) {
-    // Feeding the pending token (and the last draft, after a fully accepted block) is the
-    // block's first forward; a longer feed is a catch-up, timed apart.
-    auto t0 = Clock::now();
-    size_t fed = 0;
-    at::Tensor logits = Feed(context, &fed);
-    const bool steady = fed <= kSteadyFeed;
-    if (!steady) {
-      const auto t1 = Clock::now();
-      last_catch_up_ = {static_cast<int64_t>(fed), std::chrono::duration<double>(t1 - t0).count()};
-      t0 = t1;
-    }
-    int forwards = steady ? 1 : 0;
-    if (!branching_.empty()) {
-      ProposeTree(max_k, logits, out, &forwards);
-      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      last_seconds_ = forwards > 0 ? seconds : -1.0;
-      return;
-    }
-    for (int i = 0; i < max_k; ++i) {
-      const float* row = logits.data_ptr<float>();
-      int token;
-      float confidence;
-      if (sampling_.greedy()) {
-        token = Argmax(row, V);
-        if (min_confidence_ > 0.0f) {
-          Softmax(row, V, &scratch_);
-          confidence = scratch_[token];
-        } else {
-          confidence = 1.0f;
-        }
-      } else {
-        ProcessedDistribution(row, V, sampling_, &scratch_);
-        token = SampleFrom(scratch_.data(), V, &rng_);
-        confidence = scratch_[token];
-      }
-      if (confidence < min_confidence_) break;
-      out->tokens.push_back(token);
-      if (!sampling_.greedy()) out->probs.insert(out->probs.end(), scratch_.begin(), scratch_.end());
-      // The last token of a block is never fed: its q is all verification needs.
-      if (i + 1 == max_k || static_cast<int>(cached_.size()) + 1 >= limit) break;
-      logits = draft_->Forward({{&cache_, {token}, false}});
-      cached_.push_back(token);
-      ++forwards;
-    }
+  Begin(out);
+  if (max_k <= 0 || context.empty()) return;
+  // Feeding the pending token (and the last draft, after a fully accepted block) is the
+  // block's first forward; a longer feed is a catch-up, timed apart.
+  auto t0 = Clock::now();
+  ForwardInput feed = FeedInput(context);
+  const size_t fed = feed.tokens.size();
+  at::Tensor logits = draft_->Forward({std::move(feed)});
+  const bool steady = fed <= kSteadyFeed;
+  if (!steady) {
+    const auto t1 = Clock::now();
+    last_catch_up_ = {static_cast<int64_t>(fed), std::chrono::duration<double>(t1 - t0).count()};
+    t0 = t1;
+  }
+  int forwards = steady ? 1 : 0;
+  if (!branching_.empty()) {
+    ProposeTree(max_k, logits, out, &forwards);
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    // Scale what was timed to one forward per drafted token; nothing timed: unknown.
-    const int drafted = out->tokens.size();
-    last_seconds_ = forwards > 0 ? seconds * drafted / forwards : (drafted > 0 ? -1.0 : 0.0);
+    last_seconds_ = forwards > 0 ? seconds : -1.0;
+    return;
+  }
+  for (int i = 0; i < max_k; ++i) {
+    const int next = Draw(logits.data_ptr<float>(), i, max_k, out);
+    if (next < 0) break;
+    logits = draft_->Forward({{&cache_, {next}, false}});
+    ++forwards;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  // Scale what was timed to one forward per drafted token; nothing timed: unknown.
+  const int drafted = out->tokens.size();
+  last_seconds_ = forwards > 0 ? seconds * drafted / forwards : (drafted > 0 ? -1.0 : 0.0);
+}
+
+void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items) {
+  using Clock = std::chrono::steady_clock;
+  c10::InferenceMode guard;
+  std::vector<const BatchItem*> chains;
+  for (const BatchItem& item : items) {
+    if (!item.proposer->branching_.empty() || item.max_k <= 0 || item.context->empty()) {
+      item.proposer->Propose(*item.context, item.max_k, item.out);
+    } else {
+      item.proposer->Begin(item.out);
+      chains.push_back(&item);
+    }
+  }
+  if (chains.empty()) return;
+  const LlamaModel* draft = chains.front()->proposer->draft_;
+  const int V = draft->config().vocab_size;
+  const size_t n = chains.size();
+  std::vector<double> seconds(n, 0.0);
+  std::vector<int> forwards(n, 0);
+
+  // The first forward: every chain's feed; its time split by tokens fed.
+  std::vector<ForwardInput> inputs;
+  std::vector<size_t> fed(n);
+  size_t total_fed = 0;
+  for (size_t j = 0; j < n; ++j) {
+    inputs.push_back(chains[j]->proposer->FeedInput(*chains[j]->context));
+    fed[j] = inputs.back().tokens.size();
+    total_fed += fed[j];
+  }
+  auto t0 = Clock::now();
+  at::Tensor logits = draft->Forward(inputs);
+  double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (size_t j = 0; j < n; ++j) {
+    const double share = dt * fed[j] / std::max<size_t>(1, total_fed);
+    if (fed[j] > kSteadyFeed) {
+      chains[j]->proposer->last_catch_up_ = {static_cast<int64_t>(fed[j]), share};
+    } else {
+      seconds[j] += share;
+      forwards[j] = 1;
+    }
+  }
+
+  // Then one forward per drafted position over the chains still drafting; row r of `logits`
+  // belongs to chain active[r].
+  std::vector<size_t> active(n);
+  for (size_t j = 0; j < n; ++j) active[j] = j;
+  for (int i = 0; !active.empty(); ++i) {
+    std::vector<size_t> next_active;
+    inputs.clear();
+    for (size_t r = 0; r < active.size(); ++r) {
+      const BatchItem& item = *chains[active[r]];
+      const int next = item.proposer->Draw(logits.data_ptr<float>() + r * V, i, item.max_k,
+                                           item.out);
+      if (next < 0) continue;
+      ForwardInput in;
+      in.cache = &item.proposer->cache_;
+      in.tokens = {next};
+      inputs.push_back(std::move(in));
+      next_active.push_back(active[r]);
+    }
+    active = std::move(next_active);
+    if (active.empty()) break;
+    t0 = Clock::now();
+    logits = draft->Forward(inputs);
+    dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (size_t j : active) {
+      seconds[j] += dt / active.size();
+      ++forwards[j];
+    }
+  }
+  for (size_t j = 0; j < n; ++j) {
+    const int drafted = chains[j]->out->tokens.size();
+    chains[j]->proposer->last_seconds_ =
+        forwards[j] > 0 ? seconds[j] * drafted / forwards[j] : (drafted > 0 ? -1.0 : 0.0);
   }
 }
 

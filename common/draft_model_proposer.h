@@ -34,14 +34,34 @@ class DraftModelProposer : public Proposer {
   // Points the proposer at another draft model (hot-swap): the cache is rebuilt on next use.
   void SetDraft(const LlamaModel* draft);
 
+  // One Propose() for each of several sequences, their draft forwards batched: the first feeds
+  // every sequence's pending tokens in one forward, then each drafted position of all the
+  // chains still drafting in one forward. Each proposer drafts what its own Propose() would
+  // (the forward gives a row the same bits whatever else is in the batch); its
+  // last_propose_seconds() and last_catch_up() get its share of the forwards (split by rows).
+  // Tree proposers run their own Propose(). REQUIRES: every chain proposer has the same
+  // draft model.
+  struct BatchItem {
+    DraftModelProposer* proposer;
+    const std::vector<int>* context;
+    int max_k;
+    DraftBlock* out;
+  };
+  static void ProposeBatch(const std::vector<BatchItem>& items);
+
   // Draft trees instead of chains: children per node at each depth (e.g. {3, 2, 1, 1}); empty
   // for chains. Verification needs a tree-aware verifier (SpeculativeDecoder handles both).
   void set_tree_branching(std::vector<int> branching) { branching_ = std::move(branching); }
 
  private:
-  // Feeds context tokens the cache lacks (after rolling back what the context no longer has)
-  // and returns the logits row for the next position; `*fed` = tokens fed.
-  at::Tensor Feed(const std::vector<int>& context, size_t* fed);
+  // The forward input feeding the context tokens the cache lacks (after rolling back what the
+  // context no longer has): its logits row is the next position's.
+  ForwardInput FeedInput(const std::vector<int>& context);
+  // Draws draft token i of a chain of at most max_k from the logits row `row` into `out`.
+  // Returns the token to feed for the next position, or -1 when the block ends here.
+  int Draw(const float* row, int i, int max_k, DraftBlock* out);
+  // Starts a block: clears `out` and the last block's timings.
+  void Begin(DraftBlock* out);
   // Length of the longest prefix of `context` in the cache, short of its last token (which
   // must be fed to get the next row).
   size_t Kept(const std::vector<int>& context) const;

@@ -30,13 +30,6 @@ struct V {
     const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
   }
-  static float ScalarF16(unsigned short h) { return _cvtsh_ss(h); }
-  static float ScalarBF16(unsigned short b) {
-    const unsigned bits = static_cast<unsigned>(b) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-  }
 };
 
 #define SPECLOOP_MAX_ROWS 4

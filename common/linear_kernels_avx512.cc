@@ -25,13 +25,6 @@ struct V {
     const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
   }
-  static float ScalarF16(unsigned short h) { return _cvtsh_ss(h); }
-  static float ScalarBF16(unsigned short b) {
-    const unsigned bits = static_cast<unsigned>(b) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-  }
 };
 
 #define SPECLOOP_MAX_ROWS 6

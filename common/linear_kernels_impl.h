@@ -2,10 +2,11 @@
 // linear_kernels_avx512.cc, each compiled with its own -m flags. Include it inside an anonymous
 // namespace after defining the vector traits `V` (see those files): everything here then has
 // internal linkage, so no inline function compiled for AVX-512 can be picked by the linker for
-// code that runs on a CPU without it. Includes nothing itself for the same reason.
+// code that runs on a CPU without it. Includes nothing itself for the same reason (the includer
+// brings <immintrin.h>).
 //
 // V provides: vec, kLanes, kMaxRows, kCols, Zero(), Fma(a, b, c) = a * b + c, Sum(v),
-// LoadF32/LoadF16/LoadBF16(p) (kLanes weights as floats), ScalarF16/ScalarBF16(bits),
+// LoadF32/LoadF16/LoadBF16(p) (kLanes weights as floats),
 // Broadcast(p), Store(p, v), Add(a, b), kPackedRows, kPackedVectors; the includer defines
 // SPECLOOP_MAX_ROWS = V::kMaxRows and SPECLOOP_PACKED_ROWS = V::kPackedRows for the tile
 // switches below.
@@ -26,12 +27,17 @@ struct F32 {
 struct F16 {
   typedef unsigned short T;
   static vec Load(const T* p) { return V::LoadF16(p); }
-  static float Scalar(T w) { return V::ScalarF16(w); }
+  static float Scalar(T w) { return _cvtsh_ss(w); }  // F16C
 };
 struct BF16 {
   typedef unsigned short T;
   static vec Load(const T* p) { return V::LoadBF16(p); }
-  static float Scalar(T w) { return V::ScalarBF16(w); }
+  static float Scalar(T w) {
+    const unsigned bits = static_cast<unsigned>(w) << 16;
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+  }
 };
 
 template <class W, int MR, int NR>

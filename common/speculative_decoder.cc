@@ -49,16 +49,27 @@ std::vector<int> SpeculativeDecoder::generated() const {
 }
 
 void SpeculativeDecoder::Propose(int k) {
+  k = BeginPropose(k);
+  proposer_->Propose(tokens_, k, &draft_);
+  EndPropose();
+}
+
+int SpeculativeDecoder::BeginPropose(int k) {
   // Cache slots left beside the pending token: the most draft tokens a step can score.
   const int64_t room =
       target_->config().max_position_embeddings - static_cast<int64_t>(tokens_.size());
-  k = static_cast<int>(std::clamp<int64_t>(k, 0, room));
-  last_k_ = k;
-  proposer_->Propose(tokens_, k, &draft_);
+  last_k_ = static_cast<int>(std::clamp<int64_t>(k, 0, room));
+  draft_.Clear();
+  return last_k_;
+}
+
+void SpeculativeDecoder::EndPropose() {
   // A block that would not fit (a tree's nodes, or a proposer overshooting k) is dropped: the
   // step decodes plainly.
+  const int64_t room =
+      target_->config().max_position_embeddings - static_cast<int64_t>(tokens_.size());
   const int64_t n = draft_.tokens.size();
-  if (n > room || (!draft_.is_tree() && n > k)) draft_.Clear();
+  if (n > room || (!draft_.is_tree() && n > last_k_)) draft_.Clear();
 }
 
 ForwardInput SpeculativeDecoder::TargetInput() {

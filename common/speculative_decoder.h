@@ -70,6 +70,13 @@ class SpeculativeDecoder {
 
   // REQUIRES: !finished(). k is capped by the context left.
   void Propose(int k);
+  // Propose(k) in halves, for a caller that drafts several sequences in one batch (see
+  // DraftModelProposer::ProposeBatch): BeginPropose returns the k that fits; the caller fills
+  // mutable_draft() with at most that many tokens continuing tokens(); EndPropose drops a
+  // block that would not fit (the step then decodes plainly).
+  int BeginPropose(int k);
+  DraftBlock* mutable_draft() { return &draft_; }
+  void EndPropose();
   ForwardInput TargetInput();
   // `rows`: float32 CPU logits, this sequence's rows of the forward of TargetInput() (all of
   // them, or at least the last k + 1 for a chain). Returns the tokens emitted by this step

@@ -250,10 +250,10 @@ void Scheduler::Admit() {
 
 void Scheduler::Step() {
   const int batch = static_cast<int>(active_.size());
-  // 1. Drafts.
-  std::vector<Sequence*> live;
-  std::vector<ForwardInput> inputs;
-  size_t rows = 0;
+  // 1. Drafts: each sequence's k, then one batched draft forward per drafted position across
+  // the sequences that draft with the model.
+  std::vector<Sequence*> drafting;
+  std::vector<DraftModelProposer::BatchItem> items;
   for (auto& up : active_) {
     Sequence* seq = up.get();
     if (seq->channel->cancelled()) {
@@ -271,20 +271,43 @@ void Scheduler::Step() {
         seq->k = seq->policy->ChooseKInBatch(cost_, batch, seq->proposer->CatchUpTokens(tokens),
                                              remaining);
       }
-      seq->decoder->Propose(seq->k);
-      seq->draft_seconds = seq->proposer->last_propose_seconds();
-      seq->draft_tokens = seq->decoder->draft().tokens;
-      seq->start_pos = static_cast<uint32_t>(seq->decoder->tokens().size());
-      ForwardInput in = seq->decoder->TargetInput();
-      seq->row_offset = rows;
-      seq->rows = in.tokens.size();
-      rows += seq->rows;
-      inputs.push_back(std::move(in));
-      live.push_back(seq);
+      if (seq->draft_proposer != nullptr) {
+        const int k = seq->decoder->BeginPropose(seq->k);
+        items.push_back({seq->draft_proposer, &seq->decoder->tokens(), k,
+                         seq->decoder->mutable_draft()});
+      } else {
+        seq->decoder->Propose(seq->k);
+      }
+      drafting.push_back(seq);
     } catch (const std::exception& e) {
       metrics_->ObserveSchedulerError();
       Fail(seq, 500, std::string("draft failed: ") + e.what());
     }
+  }
+  try {
+    DraftModelProposer::ProposeBatch(items);
+  } catch (const std::exception& e) {  // the batch's draft forward touched them all
+    for (Sequence* seq : drafting) {
+      if (seq->draft_proposer == nullptr) continue;
+      metrics_->ObserveSchedulerError();
+      Fail(seq, 500, std::string("draft failed: ") + e.what());
+    }
+  }
+  std::vector<Sequence*> live;
+  std::vector<ForwardInput> inputs;
+  size_t rows = 0;
+  for (Sequence* seq : drafting) {
+    if (seq->done) continue;
+    if (seq->draft_proposer != nullptr) seq->decoder->EndPropose();
+    seq->draft_seconds = seq->proposer->last_propose_seconds();
+    seq->draft_tokens = seq->decoder->draft().tokens;
+    seq->start_pos = static_cast<uint32_t>(seq->decoder->tokens().size());
+    ForwardInput in = seq->decoder->TargetInput();
+    seq->row_offset = rows;
+    seq->rows = in.tokens.size();
+    rows += seq->rows;
+    inputs.push_back(std::move(in));
+    live.push_back(seq);
   }
   if (live.empty()) return;
 

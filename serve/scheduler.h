@@ -7,7 +7,8 @@
 //   2. admits waiting requests up to max_batch (prompt prefill per new sequence) and retires
 //      cancelled ones;
 //   3. for every active sequence picks k (fixed, or the domain's SpeculationPolicy given the
-//      batch size and the batched target's measured cost) and lets its proposer draft;
+//      batch size and the batched target's measured cost); the draft model then drafts for
+//      all of them together, one batched draft forward per drafted position;
 //   4. runs ONE target forward over all sequences (pending token + drafts each);
 //   5. commits each sequence's rows (exact verification), streams out its new text, hands the
 //      step to the SampleLogger, and retires finished sequences.

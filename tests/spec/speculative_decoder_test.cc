@@ -363,6 +363,56 @@ TEST(DraftModelProposer, ReportsTheCatchUpItOwesAndDid) {
   EXPECT_EQ(model.CatchUpTokens(context), static_cast<int64_t>(context.size()));
 }
 
+// The scheduler drafts all sequences of a step together: the same tokens and draft
+// distributions as each proposer drafting alone, over two blocks (the second after a partly
+// rejected first: caches rolled back), with greedy, sampled and early-stopping proposers and
+// different block lengths in one batch.
+TEST(DraftModelProposer, BatchedDraftingEqualsDraftingAlone) {
+  c10::InferenceMode guard;
+  auto draft = Load("draft-mix-1m");
+  std::unique_ptr<Tokenizer> tok;
+  ASSERT_TRUE(Tokenizer::Load(testing::SharedDir() + "/models/draft-mix-1m", &tok).ok());
+  std::vector<std::vector<int>> contexts = Prompts(*tok, "python", 2);
+  for (auto& p : Prompts(*tok, "legal", 2)) contexts.push_back(p);
+  contexts[3].resize(9);
+  struct Setup {
+    float temperature, min_confidence;
+    int k;
+  };
+  const std::vector<Setup> setups = {{0.0f, 0.0f, 4}, {0.8f, 0.0f, 2}, {0.0f, 0.3f, 6}, {1.0f, 0.0f, 5}};
+  std::vector<std::unique_ptr<DraftModelProposer>> batched, alone;
+  for (size_t i = 0; i < setups.size(); ++i) {
+    SamplingParams sp;
+    sp.temperature = setups[i].temperature;
+    sp.seed = 100 + i;
+    batched.push_back(std::make_unique<DraftModelProposer>(draft.get(), sp, setups[i].min_confidence));
+    alone.push_back(std::make_unique<DraftModelProposer>(draft.get(), sp, setups[i].min_confidence));
+  }
+  for (int block = 0; block < 2; ++block) {
+    std::vector<DraftBlock> a(setups.size()), b(setups.size());
+    std::vector<DraftModelProposer::BatchItem> items;
+    for (size_t i = 0; i < setups.size(); ++i) {
+      items.push_back({batched[i].get(), &contexts[i], setups[i].k, &a[i]});
+      alone[i]->Propose(contexts[i], setups[i].k, &b[i]);
+    }
+    DraftModelProposer::ProposeBatch(items);
+    for (size_t i = 0; i < setups.size(); ++i) {
+      EXPECT_EQ(a[i].tokens, b[i].tokens) << "block " << block << " sequence " << i;
+      EXPECT_EQ(a[i].probs, b[i].probs) << "block " << block << " sequence " << i;
+      if (!a[i].tokens.empty()) EXPECT_GT(batched[i]->last_propose_seconds(), 0.0);
+      EXPECT_EQ(batched[i]->last_catch_up().tokens, alone[i]->last_catch_up().tokens);
+      // The next context: the first draft token accepted, then a token the draft did not
+      // propose (a rejection); an empty block (an early stop): two tokens decoded plainly.
+      if (a[i].tokens.empty()) {
+        contexts[i].insert(contexts[i].end(), {5, 6});
+        continue;
+      }
+      contexts[i].push_back(a[i].tokens[0]);
+      contexts[i].push_back((a[i].tokens.size() > 1 ? a[i].tokens[1] : a[i].tokens[0]) + 1);
+    }
+  }
+}
+
 TEST(SpeculativeDecoder, AdaptivePolicyLeavesTheDraftIdleWhenItsCatchUpDoesNotPay) {
   c10::InferenceMode guard;
   auto target = testing::RandomModel(testing::TinyConfig(), 5);
