@@ -1,7 +1,8 @@
 // LlamaModel::ForwardCpu: the CPU inference forward, in the shape of llama2.c's run.c. The
 // matrix products run LinearPacked (linear_kernels.h) over the packed weights in float32,
-// float16 or bfloat16, split by output panels over the intra-op threads; RMSNorm, RoPE,
-// attention over the cache and SwiGLU are plain loops over float32 activations.
+// float16 or bfloat16, split by output panels over the intra-op threads; attention over the
+// cache is split by (sequence, key/value head) over the same threads; RMSNorm, RoPE and
+// SwiGLU are plain loops over float32 activations.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -95,8 +96,6 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
     max_new = std::max(max_new, f.lengths[s]);
     max_seen = std::max(max_seen, f.past[s] + f.lengths[s]);
   }
-  std::vector<float> qblock(G * max_new * D);     // [G * n, D]
-  std::vector<float> scores(G * max_new * max_seen);  // [G * n, T]
 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& L = layers_[l];
@@ -118,6 +117,11 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
       }
     }
 
+    // The new keys and values into each sequence's cache, then causal attention per
+    // (sequence, key/value head), split over the intra-op threads: the query at position pos
+    // sees cache positions [0, pos]. The G query heads of a key/value head and the
+    // sequence's n new positions form one [G * n, D] block, scored against the cached keys in
+    // one product.
     for (size_t s = 0; s < batch.size(); ++s) {
       KVCache& cache = *batch[s].cache;
       const int64_t cap = cache.keys_.size(2);
@@ -131,19 +135,28 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
           std::memcpy(vc + (kv * cap + pos) * D, qr + (H + KVH + kv) * D, D * sizeof(float));
         }
       }
-      // Causal attention: the query at position pos sees cache positions [0, pos]. The G query
-      // heads of a key/value head and the sequence's n new positions form one [G * n, D]
-      // block, scored against the cached keys in one product.
-      const int64_t n = f.lengths[s], T = f.past[s] + n;
-      for (int64_t kv = 0; kv < KVH; ++kv) {
+    }
+    const int64_t items = static_cast<int64_t>(batch.size()) * KVH;
+    const int64_t grain = std::max<int64_t>(1, 2048 / (G * max_new * max_seen));
+    at::parallel_for(0, items, grain, [&](int64_t item_begin, int64_t item_end) {
+      std::vector<float> qblock(G * max_new * D);         // [G * n, D]
+      std::vector<float> scores(G * max_new * max_seen);  // [G * n, T]
+      for (int64_t item = item_begin; item < item_end; ++item) {
+        const size_t s = item / KVH;
+        const int64_t kv = item % KVH;
+        const KVCache& cache = *batch[s].cache;
+        const int64_t cap = cache.keys_.size(2);
+        const float* kc = cache.keys_.data_ptr<float>() + (l * KVH + kv) * cap * D;
+        const float* vc = cache.values_.data_ptr<float>() + (l * KVH + kv) * cap * D;
+        const int64_t n = f.lengths[s], T = f.past[s] + n;
         for (int64_t g = 0; g < G; ++g) {
           for (int64_t i = 0; i < n; ++i) {
             std::memcpy(qblock.data() + (g * n + i) * D,
                         qkvp + (f.starts[s] + i) * row + (kv * G + g) * D, D * sizeof(float));
           }
         }
-        LinearRows(qblock.data(), G * n, D, kc + kv * cap * D, WeightType::kFloat32,
-                   scores.data(), T, 0, T, false);
+        LinearRows(qblock.data(), G * n, D, kc, WeightType::kFloat32, scores.data(), T, 0, T,
+                   false);
         for (int64_t g = 0; g < G; ++g) {
           for (int64_t i = 0; i < n; ++i) {
             float* sr = scores.data() + (g * n + i) * T;
@@ -156,26 +169,19 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
             }
             float mx = -INFINITY;
             for (int64_t t = 0; t < Ti; ++t) mx = std::max(mx, sr[t] *= scale);
-            float sum = 0.0f;
-            for (int64_t t = 0; t < Ti; ++t) sum += (sr[t] = std::exp(sr[t] - mx));
-            const float inv = 1.0f / sum;
+            const float inv = 1.0f / ExpBelowInPlace(sr, Ti, mx);
             for (int64_t t = 0; t < Ti; ++t) sr[t] *= inv;
-            WeightedRowSum(sr, vc + kv * cap * D, Ti, D,
-                           ap + (f.starts[s] + i) * H * D + (kv * G + g) * D);
+            WeightedRowSum(sr, vc, Ti, D, ap + (f.starts[s] + i) * H * D + (kv * G + g) * D);
           }
         }
       }
-    }
+    });
     Linear(ap, N, L.o_packed, xp, true);
 
     RmsNormRows(xp, L.ffn_norm.data_ptr<float>(), hp, N, Dm, c.rms_norm_eps);
     Linear(hp, N, L.gate_up_packed, gu.data(), false);
-    const float* gup = gu.data();
     for (int64_t r = 0; r < N; ++r) {
-      for (int64_t j = 0; j < F; ++j) {
-        const float g = gup[r * 2 * F + j];
-        act[r * F + j] = g / (1.0f + std::exp(-g)) * gup[r * 2 * F + F + j];
-      }
+      SiluMul(gu.data() + r * 2 * F, gu.data() + r * 2 * F + F, act.data() + r * F, F);
     }
     Linear(act.data(), N, L.down_packed, xp, true);
   }
