@@ -18,14 +18,6 @@ namespace specloop {
 
 namespace {
 
-WeightType TypeOf(const at::Tensor& w) {
-  switch (w.scalar_type()) {
-    case at::kHalf: return WeightType::kFloat16;
-    case at::kBFloat16: return WeightType::kBFloat16;
-    default: return WeightType::kFloat32;
-  }
-}
-
 // out[r] = x[r] / rms(x[r]) * w, for `rows` rows of `dim`.
 void RmsNormRows(const float* x, const float* w, float* out, int64_t rows, int64_t dim,
                  double eps) {
@@ -48,10 +40,10 @@ void Linear(const float* in, int64_t M, const PackedMatrix& w, float* out, bool 
   });
 }
 
-// Row `id` of the embedding table, as float32.
-void EmbeddingRow(const at::Tensor& table, int64_t id, float* out) {
+// Row `id` of the embedding table (of `type`), as float32.
+void EmbeddingRow(const at::Tensor& table, WeightType type, int64_t id, float* out) {
   const int64_t dim = table.size(1);
-  switch (TypeOf(table)) {
+  switch (type) {
     case WeightType::kFloat32:
       std::memcpy(out, table.data_ptr<float>() + id * dim, dim * sizeof(float));
       break;
@@ -88,7 +80,8 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
   float* xp = x.data();
   float* hp = h.data();
   float* ap = attn.data();
-  for (int64_t r = 0; r < N; ++r) EmbeddingRow(embed_, f.ids[r], xp + r * Dm);
+  const WeightType embed_type = WeightTypeOf(embed_);
+  for (int64_t r = 0; r < N; ++r) EmbeddingRow(embed_, embed_type, f.ids[r], xp + r * Dm);
   const float* cosp = rope_cos_.data_ptr<float>();  // [P, 2, half]: cos twice
   const float* sinp = rope_sin_.data_ptr<float>();  // [P, 2, half]: -sin, then sin
   int64_t max_new = 0, max_seen = 0;

@@ -139,11 +139,8 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
   m->rope_sin_ = sin.to(device, table_dtype);
   if (device.is_cpu()) {
     auto pack = [](const at::Tensor& t) {
-      const WeightType type = t.scalar_type() == at::kHalf       ? WeightType::kFloat16
-                              : t.scalar_type() == at::kBFloat16 ? WeightType::kBFloat16
-                                                                 : WeightType::kFloat32;
       const at::Tensor c = t.contiguous();
-      return PackedMatrix(c.data_ptr(), type, c.size(0), c.size(1));
+      return PackedMatrix(c.data_ptr(), WeightTypeOf(c), c.size(0), c.size(1));
     };
     for (Layer& L : m->layers_) {
       L.qkv_packed = pack(L.wqkv);
@@ -156,6 +153,14 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
   }
   *out = std::move(m);
   return Status::OK();
+}
+
+WeightType LlamaModel::WeightTypeOf(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kHalf: return WeightType::kFloat16;
+    case at::kBFloat16: return WeightType::kBFloat16;
+    default: return WeightType::kFloat32;
+  }
 }
 
 int64_t LlamaModel::StreamedWeightBytes() const {

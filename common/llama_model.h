@@ -123,6 +123,8 @@ class LlamaModel {
   // (llama_forward_cpu.cc). Same results as ForwardAten to float rounding; a row's logits do
   // not depend on the rest of the batch.
   at::Tensor ForwardCpu(const std::vector<ForwardInput>& batch) const;
+  // The kernels' name for a weight tensor's dtype (float32 unless float16 or bfloat16).
+  static WeightType WeightTypeOf(const at::Tensor& t);
 
   ModelConfig config_;
   at::Tensor embed_;       // [vocab, hidden]
