@@ -19,22 +19,10 @@
 // once untimed, as a long-running server's policy has long learnt alpha and costs.
 // Also "k0_path_vs_plain": the speculative decoder held at k = 0 against plain decoding, the
 // per-step cost of the speculative path itself (auto's floor when it never speculates).
-// A/B of the policy (new vs old in one run): `--b-plain-probe-interval N`,
-// `--b-max-probe-interval N` (its longest wait between probes at k = 0),
-// `--b-plain-probe-steps N` and `--b-cold-plain-steps N` (plain probes amid speculation),
-// `--b-forget-per-any-step 0|1`, `--b-count-switch-cost 0|1`, `--b-repay-confidence Z`,
-// `--b-calibration-context N`, `--b-short-context N` (0: calibrate at one context, costs
-// flat in the context) or `--b-plain-run N` (0: plain forwards timed in the rounds) adds a
-// second auto arm, "auto_b", whose policy differs in that only ("auto_b_vs_plain",
-// "auto_vs_auto_b"); `--no-fixed` leaves out k = 1..8 (shorter).
+// `--no-fixed` leaves out k = 1..8 (shorter).
 // Usage: spec_bench [--shared DIR] [--target NAME] [--dtype D] [--threads N]
 //                   [--prompts N] [--tokens N] [--reps N] [--temperature T]
-//                   [--drafts a,b] [--domains a,b] [--b-plain-probe-interval N]
-//                   [--b-max-probe-interval N] [--b-plain-probe-steps N]
-//                   [--b-cold-plain-steps N] [--b-forget-per-any-step 0|1]
-//                   [--b-count-switch-cost 0|1] [--b-repay-confidence Z]
-//                   [--b-calibration-context N] [--b-short-context N] [--b-plain-run N]
-//                   [--no-fixed]
+//                   [--drafts a,b] [--domains a,b] [--no-fixed]
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -90,12 +78,6 @@ int main(int argc, char** argv) {
   std::string target_name = "target-wide-46m", dtype = "float32";
   int n_prompts = 5, max_tokens = 64, reps = 5, threads = 1;
   float temperature = 0.0f;
-  // The auto_b arm (none unless one of these is given): its policy options and its
-  // calibration (A: the defaults).
-  int b_plain_probe_interval = 0, b_max_probe_interval = 0, b_calibration_context = 0,
-      b_short_context = -1, b_plain_run = -1, b_plain_probe_steps = 0, b_cold_plain_steps = -1,
-      b_forget_per_any_step = -1, b_count_switch_cost = -1;
-  double b_repay_confidence = -1;
   bool fixed = true;
   std::vector<std::string> drafts = {"draft-mix-1m", "draft-prose-1m"};
   std::vector<std::string> domains = {"prose", "python", "c", "legal", "docs"};
@@ -117,16 +99,6 @@ int main(int argc, char** argv) {
     if (!std::strcmp(flag, "--tokens")) max_tokens = std::atoi(value);
     if (!std::strcmp(flag, "--reps")) reps = std::atoi(value);
     if (!std::strcmp(flag, "--temperature")) temperature = std::atof(value);
-    if (!std::strcmp(flag, "--b-plain-probe-interval")) b_plain_probe_interval = std::atoi(value);
-    if (!std::strcmp(flag, "--b-max-probe-interval")) b_max_probe_interval = std::atoi(value);
-    if (!std::strcmp(flag, "--b-calibration-context")) b_calibration_context = std::atoi(value);
-    if (!std::strcmp(flag, "--b-short-context")) b_short_context = std::atoi(value);
-    if (!std::strcmp(flag, "--b-plain-run")) b_plain_run = std::atoi(value);
-    if (!std::strcmp(flag, "--b-plain-probe-steps")) b_plain_probe_steps = std::atoi(value);
-    if (!std::strcmp(flag, "--b-cold-plain-steps")) b_cold_plain_steps = std::atoi(value);
-    if (!std::strcmp(flag, "--b-forget-per-any-step")) b_forget_per_any_step = std::atoi(value);
-    if (!std::strcmp(flag, "--b-count-switch-cost")) b_count_switch_cost = std::atoi(value);
-    if (!std::strcmp(flag, "--b-repay-confidence")) b_repay_confidence = std::atof(value);
   }
   for (int t : {1, AvailableCores()}) {
     Emit("read_bandwidth", {{"threads", t}, {"buffer_mb", 512}}, bench::ReadBandwidth(t) / 1e9,
@@ -142,17 +114,17 @@ int main(int argc, char** argv) {
   // Costs, measured once for the run: target forward of n positions (after 16 and after 256
   // cached tokens; c and beta are at 256), draft forward of one.
   const CalibrationOptions calibration;
-  SpeculationPolicy costs;
-  CalibrateSpeculationPolicy(*target, nullptr, k_max, &costs, calibration);
-  const double t1 = costs.target_seconds(1, calibration.context);
+  StepCostTable costs;
+  CalibrateStepCosts(*target, nullptr, k_max, &costs, calibration);
+  const double t1 = costs.TargetSeconds(1, calibration.context);
   const json run = {{"target", target_name}, {"dtype", dtype}, {"threads", threads}};
   Emit("plain_weight_bytes_per_second", run,
-       target->StreamedWeightBytes() / costs.target_seconds(1, calibration.short_context) / 1e9,
+       target->StreamedWeightBytes() / costs.TargetSeconds(1, calibration.short_context) / 1e9,
        "GB/s");
   for (int n = 1; n <= k_max + 1; ++n) {
     for (int context : {calibration.short_context, calibration.context}) {
       Emit("target_forward_latency", {{"positions", n}, {"context", context}},
-           costs.target_seconds(n, context) * 1e6, "us");
+           costs.TargetSeconds(n, context) * 1e6, "us");
     }
   }
 
@@ -171,55 +143,34 @@ int main(int argc, char** argv) {
     }
   }
 
-  // The auto arms: A with the defaults, B differing as the flags say.
-  const bool ab = b_plain_probe_interval > 0 || b_max_probe_interval > 0 ||
-                  b_calibration_context > 0 || b_short_context >= 0 || b_plain_run >= 0 ||
-                  b_plain_probe_steps > 0 || b_cold_plain_steps >= 0 ||
-                  b_forget_per_any_step >= 0 || b_count_switch_cost >= 0 ||
-                  b_repay_confidence >= 0;
-  SpeculationPolicyOptions b_options;
-  if (b_plain_probe_interval > 0) b_options.plain_probe_interval = b_plain_probe_interval;
-  if (b_max_probe_interval > 0) b_options.max_probe_interval = b_max_probe_interval;
-  if (b_plain_probe_steps > 0) b_options.plain_probe_steps = b_plain_probe_steps;
-  if (b_cold_plain_steps >= 0) b_options.cold_plain_steps = b_cold_plain_steps;
-  if (b_forget_per_any_step >= 0) b_options.forget_per_any_step = b_forget_per_any_step != 0;
-  if (b_count_switch_cost >= 0) b_options.count_switch_cost = b_count_switch_cost != 0;
-  if (b_repay_confidence >= 0) b_options.repay_confidence = b_repay_confidence;
-  CalibrationOptions a_calibration = calibration, b_calibration = calibration;
-  a_calibration.sampling = b_calibration.sampling = gen.sampling;
-  if (b_calibration_context > 0) b_calibration.context = b_calibration_context;
-  if (b_short_context >= 0) b_calibration.short_context = b_short_context;
-  if (b_plain_run >= 0) b_calibration.plain_run = b_plain_run;
+  CalibrationOptions auto_calibration = calibration;
+  auto_calibration.sampling = gen.sampling;
 
   for (const std::string& draft_name : drafts) {
     auto draft = LoadOrDie(shared + "/models/" + draft_name);
-    SpeculationPolicy draft_cost;
-    CalibrateSpeculationPolicy(*target, draft.get(), 0, &draft_cost);
-    const double c = draft_cost.draft_seconds_per_token() / t1;
+    StepCostTable draft_cost;
+    CalibrateStepCosts(*target, draft.get(), 0, &draft_cost);
+    const double c = draft_cost.DraftSeconds(1) / t1;
     Emit("draft_cost_ratio_c", {{"draft", draft_name}}, c, "ratio");
     for (const auto& domain : domains) {
       // k = -1: auto (one policy per draft and domain, learning across prompts, as serving
       // keeps one per domain); k = 0: plain decoding; k = -2: the speculative decoder at k = 0.
-      // k = -3: auto_b, the A/B arm.
-      constexpr int kAuto = -1, kPathAtZero = -2, kAutoB = -3;
+      constexpr int kAuto = -1, kPathAtZero = -2;
       std::map<int, SpeculativeStats> stats;
       std::vector<int> arms;  // all but plain, which runs beside each
       if (fixed) arms.insert(arms.end(), {1, 2, 3, 4, 5, 6, 7, 8});
       arms.insert(arms.end(), {kAuto, kPathAtZero});
-      if (ab) arms.push_back(kAutoB);
-      SpeculationPolicy policy, policy_b(b_options);
-      auto calibrate_and_warm_up = [&](SpeculationPolicy* pol, const CalibrationOptions& co) {
-        CalibrateSpeculationPolicy(*target, draft.get(), k_max, pol, co);
-        for (const auto& prompt : prompts[domain]) {  // auto's warm-up, untimed
-          DraftModelProposer proposer(draft.get(), gen.sampling);
-          SpeculativeOptions o;
-          o.generate = gen;
-          o.policy = pol;
-          GenerateSpeculative(*target, &proposer, prompt, o, nullptr);
-        }
-      };
-      calibrate_and_warm_up(&policy, a_calibration);
-      if (ab) calibrate_and_warm_up(&policy_b, b_calibration);
+      SpeculationPolicy policy;
+      StepCostTable policy_costs;
+      CalibrateStepCosts(*target, draft.get(), k_max, &policy_costs, auto_calibration);
+      for (const auto& prompt : prompts[domain]) {  // auto's warm-up, untimed
+        DraftModelProposer proposer(draft.get(), gen.sampling);
+        SpeculativeOptions o;
+        o.generate = gen;
+        o.policy = &policy;
+        o.costs = &policy_costs;
+        GenerateSpeculative(*target, &proposer, prompt, o, nullptr);
+      }
       // Per rep: each arm's tokens/s and that of the plain runs paired with it.
       std::map<int, std::vector<double>> tps, paired_plain;
       for (int rep = 0; rep < reps; ++rep) {
@@ -236,8 +187,10 @@ int main(int argc, char** argv) {
             SpeculativeOptions o;
             o.generate = gen;
             o.k = std::max(k, 0);
-            if (k == kAuto) o.policy = &policy;
-            if (k == kAutoB) o.policy = &policy_b;
+            if (k == kAuto) {
+              o.policy = &policy;
+              o.costs = &policy_costs;
+            }
             PlainGeneration plain(*target, prompt, gen);
             SpeculativeGeneration other(*target, &proposer, prompt, o);
             Lockstep(&plain, &other);
@@ -289,25 +242,6 @@ int main(int argc, char** argv) {
       Emit("k0_path_vs_plain", base, lockstep(kPathAtZero), "ratio");
       for (int k : arms) {
         if (k == kPathAtZero) continue;
-        if (k == kAutoB) {
-          p = base;
-          p["k"] = "auto_b";
-          p["plain_probe_interval"] = b_options.plain_probe_interval;
-          p["max_probe_interval"] = b_options.max_probe_interval;
-          p["plain_probe_steps"] = b_options.plain_probe_steps;
-          p["cold_plain_steps"] = b_options.cold_plain_steps;
-          p["forget_per_any_step"] = b_options.forget_per_any_step;
-          p["count_switch_cost"] = b_options.count_switch_cost;
-          p["repay_confidence"] = b_options.repay_confidence;
-          p["calibration_context"] = b_calibration.context;
-          p["short_context"] = b_calibration.short_context;
-          p["plain_run"] = b_calibration.plain_run;
-          Emit("tokens_per_second", p, Median(tps[k]), "tokens/s");
-          Emit("k_mean", p, stats[k].k_mean(), "tokens");
-          Emit("auto_b_vs_plain", p, lockstep(kAutoB), "ratio");
-          Emit("auto_vs_auto_b", p, ratio(kAuto, kAutoB), "ratio");
-          continue;
-        }
         const SpeculativeStats& s = stats[k];
         const double measured = Median(tps[k]);
         p = base;
@@ -332,7 +266,7 @@ int main(int argc, char** argv) {
         Emit("tokens_per_step", p, s.tokens_per_step(), "tokens");
         if (k > 0) {
           Emit("alpha", p, alpha, "ratio");
-          const double beta = costs.target_seconds(k + 1, calibration.context) / t1;
+          const double beta = costs.TargetSeconds(k + 1, calibration.context) / t1;
           Emit("beta", p, beta, "ratio");
           const double tau = spec::ExpectedTokensPerStep(alpha, k);
           Emit("predicted_speedup", p, tau / (k * c + beta), "ratio");

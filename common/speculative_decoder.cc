@@ -239,35 +239,36 @@ GenerateResult SpeculativeGeneration::result() const {
 
 void SpeculativeGeneration::Step() {
   c10::InferenceMode guard;
-  SpeculationPolicy* policy = options_.policy;
+  SpeculationPolicy* policy = options_.costs ? options_.policy : nullptr;
+  StepCostTable* costs = options_.costs;
   const auto t0 = Clock::now();
   SpeculativeDecoder& decoder = *decoder_;
   const std::vector<int>& tokens = decoder.tokens();
   const int64_t remaining =
       options_.generate.max_tokens - static_cast<int64_t>(tokens.size() - prompt_len_);
   const int64_t context = static_cast<int64_t>(tokens.size()) - 1;  // the target's cache
-  const int k = policy ? policy->ChooseK(proposer_->CatchUpTokens(tokens), remaining, context)
+  const int k = policy ? policy->ChooseK(*costs, 1, context, proposer_->CatchUpTokens(tokens),
+                                         remaining)
                        : options_.k;
-  const auto s0 = Clock::now();  // the step's own time starts once k is chosen
   decoder.Propose(k);
   ForwardInput in = decoder.TargetInput();
   const int positions = in.tokens.size();
-  // Verification cost = the target forward and the verifier's work over its rows.
+  // A forward's cost includes the verifier's work over its rows.
   const auto f0 = Clock::now();
   decoder.Commit(target_.Forward({std::move(in)}).to(at::kCPU));
-  const auto f1 = Clock::now();
-  if (policy) {
-    const int drafted = decoder.draft().tokens.size();
-    // The step's own time; a catch-up is owed work, priced apart.
+  const double forward_s = std::chrono::duration<double>(Clock::now() - f0).count();
+  const int drafted = decoder.draft().tokens.size();
+  if (costs) {
     const Proposer::CatchUp catch_up = proposer_->last_catch_up();
-    policy->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
-    policy->ObserveRealized(
-        k, std::chrono::duration<double>(f1 - s0).count() - catch_up.seconds);
-    policy->ObserveTarget(positions, std::chrono::duration<double>(f1 - f0).count(), context);
     const double draft_s = proposer_->last_propose_seconds();
-    if (draft_s >= 0) policy->ObserveDraft(drafted, draft_s);
-    policy->ObserveStep(drafted, decoder.last_accepted());
+    costs->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
+    // Each row attends to the cache and to the rows before it.
+    const double attended = positions * static_cast<double>(context) +
+                            positions * (positions - 1) / 2.0;
+    costs->ObserveTarget(positions, attended, forward_s, draft_s > 0 || catch_up.tokens > 0);
+    if (drafted > 0 && draft_s > 0) costs->ObserveDraft(1, draft_s / drafted);
   }
+  if (policy) policy->ObserveStep(drafted, decoder.last_accepted());
   decode_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
@@ -291,90 +292,122 @@ double VerificationSecondsPerRow(int vocab, const SamplingParams& sampling) {
   return std::chrono::duration<double>(Clock::now() - t0).count() / reps;
 }
 
-void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draft, int k_max,
-                                SpeculationPolicy* policy, const CalibrationOptions& options) {
+namespace {
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k_max,
+                        StepCostTable* costs, const CalibrationOptions& options) {
   c10::InferenceMode guard;
-  const int plain_run = std::max(0, options.plain_run);
+  const int plain_run = 16;  // plain decoding's forwards timed back to back
   const int room = std::max(k_max + 1, plain_run);  // cache beyond the context
   const int context =
       std::max(1, std::min(options.context, target.config().max_position_embeddings - room - 1));
   const int short_context = options.short_context;
   const bool two = short_context >= 1 && short_context < context;
-  KVCache target_cache = target.NewCache(context + room);
-  target.Forward({{&target_cache, std::vector<int64_t>(context, 3), false, {}}});
-  KVCache short_cache;
-  if (two) {
-    short_cache = target.NewCache(short_context + room);
-    target.Forward({{&short_cache, std::vector<int64_t>(short_context, 3), false, {}}});
-  }
-  KVCache draft_cache;
-  if (draft) {  // its prompt-sized catch-up, timed
-    draft_cache = draft->NewCache(context + 1);
+  auto input = [](KVCache* cache, int n, bool all_logits) {
+    return ForwardInput{cache, std::vector<int64_t>(n, 3), all_logits, {}};
+  };
+  auto prefilled = [&](const LlamaModel& m, int tokens) {
+    KVCache c = m.NewCache(tokens + room);
+    m.Forward({input(&c, tokens, false)});
+    return c;
+  };
+  auto seconds = [&](const LlamaModel& m, std::vector<KVCache>* caches, int n, int64_t past) {
+    std::vector<ForwardInput> in;
+    for (KVCache& c : *caches) in.push_back(input(&c, n, n > 1));
     const auto t0 = Clock::now();
-    draft->Forward({{&draft_cache, std::vector<int64_t>(context, 3), false, {}}});
-    policy->ObserveCatchUp(context, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  auto seconds = [](const LlamaModel& m, KVCache* cache, int n, int64_t past) {
-    const auto t0 = Clock::now();
-    m.Forward({{cache, std::vector<int64_t>(n, 3), true, {}}});
+    m.Forward(in);
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    cache->Truncate(past);
+    for (KVCache& c : *caches) c.Truncate(past);
     return s;
   };
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  // Rounds over every block size, so that load on a shared machine spreads over all sizes
-  // alike and the ratios between them (what the choice of k depends on) stay right. Each
-  // forward is timed where decoding runs it: one position after the target's own forward
-  // (plain decoding); more, only after the draft has drafted (verification), and the draft
-  // after the target's verification. Two models taking turns evict each other's weights from
-  // the CPU's caches, which can cost as much as the extra positions.
-  const int rounds = 7;
-  std::vector<std::vector<double>> t(k_max + 2), t_short(k_max + 2);
-  std::vector<double> d;
-  for (int round = 0; round < rounds; ++round) {
-    for (int n = 1; n <= k_max + 1; ++n) {
-      if (draft && n > 1) d.push_back(seconds(*draft, &draft_cache, 1, context));
-      t[n].push_back(seconds(target, &target_cache, n, context));
-      if (!two) continue;
-      if (draft && n > 1) d.push_back(seconds(*draft, &draft_cache, 1, context));
-      t_short[n].push_back(seconds(target, &short_cache, n, short_context));
-    }
-    if (draft && k_max == 0) d.push_back(seconds(*draft, &draft_cache, 1, context));
-  }
-  std::vector<double> t_at(k_max + 2), t_short_at(k_max + 2);
-  for (int n = 1; n <= k_max + 1; ++n) {
-    t_at[n] = median(t[n]);
-    if (two) t_short_at[n] = median(t_short[n]);
-  }
-  // Plain decoding, as it runs: one-position forwards back to back on a growing cache. Timed
-  // in the rounds, after forwards of other sizes and other caches, they cost 8-10% more
-  // (spec_bench's target-6m), which is enough to make k = 1 look faster than plain decoding.
-  auto plain = [&](KVCache* cache, int64_t past) {
+  // Plain decoding, as it runs: one-row forwards back to back on a growing cache. Timed amid
+  // forwards of other sizes and caches they cost 8-10% more (target-6m).
+  auto plain = [&](std::vector<KVCache>* caches, int64_t past) {
     std::vector<double> v;
     for (int i = 0; i < plain_run; ++i) {
+      std::vector<ForwardInput> in;
+      for (KVCache& c : *caches) in.push_back(input(&c, 1, false));
       const auto t0 = Clock::now();
-      target.Forward({{cache, std::vector<int64_t>(1, 3), false, {}}});
+      target.Forward(in);
       v.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    cache->Truncate(past);
-    return median(v);
+    for (KVCache& c : *caches) c.Truncate(past);
+    return Median(v);
   };
-  if (plain_run > 0) {
-    t_at[1] = plain(&target_cache, context);
-    if (two) t_short_at[1] = plain(&short_cache, short_context);
-  }
   // Each scored row is also turned into a processed distribution (verification); each drafted
   // token too (sampling it).
   const double row = VerificationSecondsPerRow(target.config().vocab_size, options.sampling);
-  for (int n = 1; n <= k_max + 1; ++n) {
-    const double slope =
-        two ? std::max(0.0, (t_at[n] - t_short_at[n]) / (context - short_context)) : 0.0;
-    policy->SeedTarget(n, t_at[n] + n * row, context, slope);
+
+  // One sequence: rounds over every size, so that a shared machine's load spreads over all
+  // sizes alike; each verification-sized forward after a draft forward, as decoding runs it
+  // (two models taking turns evict each other's weights from the CPU's caches).
+  std::vector<KVCache> longc, shortc, draftc;
+  longc.push_back(prefilled(target, context));
+  if (two) shortc.push_back(prefilled(target, short_context));
+  if (draft) {  // its prompt-sized catch-up, timed
+    draftc.push_back(draft->NewCache(context + room));
+    const auto t0 = Clock::now();
+    draft->Forward({input(&draftc[0], context, false)});
+    costs->ObserveCatchUp(context, std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  policy->SeedDraft(draft ? median(d) + row : 0.0);
+  std::vector<std::vector<double>> t(k_max + 2), t_short(k_max + 2);
+  std::vector<double> d;
+  for (int round = 0; round < 7; ++round) {
+    for (int n = 1; n <= k_max + 1; ++n) {
+      if (draft && n > 1) d.push_back(seconds(*draft, &draftc, 1, context));
+      t[n].push_back(seconds(target, &longc, n, context));
+      if (!two) continue;
+      if (draft && n > 1) d.push_back(seconds(*draft, &draftc, 1, context));
+      t_short[n].push_back(seconds(target, &shortc, n, short_context));
+    }
+  }
+  if (draft && d.empty()) d.push_back(seconds(*draft, &draftc, 1, context));
+  std::vector<double> at(k_max + 2), slopes;
+  for (int n = 1; n <= k_max + 1; ++n) {
+    at[n] = n == 1 ? plain(&longc, context) : Median(t[n]);
+    if (two) {
+      const double at_short = n == 1 ? plain(&shortc, short_context) : Median(t_short[n]);
+      slopes.push_back(std::max(0.0, at[n] - at_short) / (n * double(context - short_context)));
+    }
+  }
+  costs->set_context_slope(slopes.empty() ? 0.0 : Median(slopes));
+  for (int n = 1; n <= k_max + 1; ++n) {
+    costs->ObserveTarget(n, double(n) * context, at[n] + n * row, /*after_draft=*/true);
+  }
+  if (draft) costs->ObserveDraft(1, Median(d) + row);
+
+  // Batches (a server's): b sequences of n rows each, and the draft over b sequences.
+  std::vector<int> batches, sizes;
+  for (int b = 2; b < options.max_batch; b *= 2) batches.push_back(b);
+  if (options.max_batch >= 2) batches.push_back(options.max_batch);
+  for (int n : {1, 2, 3, 5, k_max + 1}) {
+    if (n <= k_max + 1 && std::find(sizes.begin(), sizes.end(), n) == sizes.end()) {
+      sizes.push_back(n);
+    }
+  }
+  for (int b : batches) {
+    std::vector<KVCache> caches, dcaches;
+    for (int i = 0; i < b; ++i) caches.push_back(prefilled(target, context));
+    for (int n : sizes) {
+      std::vector<double> v;
+      if (n == 1) {
+        v.push_back(plain(&caches, context));
+      } else {
+        for (int rep = 0; rep < 3; ++rep) v.push_back(seconds(target, &caches, n, context));
+      }
+      costs->ObserveTarget(b * n, double(b) * n * context, Median(v) + b * n * row, true);
+    }
+    if (!draft) continue;
+    for (int i = 0; i < b; ++i) dcaches.push_back(prefilled(*draft, context));
+    std::vector<double> v;
+    for (int rep = 0; rep < 3; ++rep) v.push_back(seconds(*draft, &dcaches, 1, context));
+    costs->ObserveDraft(b, Median(v) + b * row);
+  }
 }
 
 }  // namespace specloop

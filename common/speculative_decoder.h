@@ -21,6 +21,7 @@
 #include "common/spec/chain_verify.h"
 #include "common/spec/multi_draft.h"
 #include "common/speculation_policy.h"
+#include "common/step_cost_table.h"
 
 namespace specloop {
 
@@ -117,8 +118,10 @@ struct SpeculativeOptions {
   GenerateOptions generate;
   // Fixed speculation length, used when `policy` is null. Default: 4.
   int k = 4;
-  // Adaptive length (not owned); it is fed this request's measurements.
+  // Adaptive length (not owned; requires `costs`): fed this request's verification outcomes.
   SpeculationPolicy* policy = nullptr;
+  // Step costs (not owned; may be set without a policy): fed this request's timings.
+  StepCostTable* costs = nullptr;
 };
 
 // Decodes one sequence speculatively from `prompt` (BOS included). Timings as GeneratePlain:
@@ -154,28 +157,27 @@ class SpeculativeGeneration {
 };
 
 struct CalibrationOptions {
-  // Cached tokens the forwards are timed after. Verification cost grows with the context
-  // (attention). Default: 256.
+  // Cached tokens the forwards are timed after, and a second, shorter context: the two fix
+  // attention's cost per row and cached token (StepCostTable::set_context_slope). Default:
+  // 256, 16.
   int context = 256;
-  // A second, shorter context (1 <= short_context < context) fixes each size's growth per
-  // cached token, so that the policy prices forwards at the context it decodes at; 0: the
-  // costs are flat in the context (calibrate near the contexts served). Default: 16.
   int short_context = 16;
-  // Plain decoding's forwards timed back to back (each context); 0: one-position forwards
-  // are timed in the rounds with the other sizes. Default: 16.
-  int plain_run = 16;
-  // Each row's processing into a distribution is added (none for greedy). Default: greedy.
+  // Batch sizes 1, 2, 4, ... up to max_batch are timed (a server's batches). Default: 1.
+  int max_batch = 1;
+  // Each row's processing into a distribution is added (none for greedy). Default:
+  // SamplingParams() (temperature 1).
   SamplingParams sampling;
 };
 
-// Times target forwards of 1 .. k_max + 1 positions and one draft token (`draft` may be null
-// for free proposers) after `options.context` cached positions, interleaved over 7 rounds
-// (medians), the draft's catch-up on those positions, and plain decoding's one-position
-// forwards back to back; adds the cost of turning each row into a processed distribution,
-// and seeds `policy` with them (see CalibrationOptions).
-void CalibrateSpeculationPolicy(const LlamaModel& target, const LlamaModel* draft, int k_max,
-                                SpeculationPolicy* policy,
-                                const CalibrationOptions& options = CalibrationOptions());
+// Seeds `costs` with timed forwards: the target over 1 .. k_max + 1 rows of one sequence (7
+// interleaved rounds, medians; each verification-sized forward after a draft forward, as
+// decoding runs it, and plain decoding's one-row forwards back to back on a growing cache),
+// at both contexts; for larger batches the target over b * n rows for n in {1, 2, 3, 5,
+// k_max + 1} and the draft over b sequences; the draft's catch-up on `context` tokens.
+// `draft` may be null (a free proposer: no draft cost).
+void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k_max,
+                        StepCostTable* costs,
+                        const CalibrationOptions& options = CalibrationOptions());
 
 // Seconds to turn one row of logits into a processed distribution under `sampling` (0 for
 // greedy), measured on this machine.

@@ -63,6 +63,7 @@ int RunGenerate(const GenerateArgs& a) {
   std::unique_ptr<Proposer> lookup_proposer, fallback;
   Proposer* proposer = nullptr;
   SpeculationPolicy policy;
+  StepCostTable costs;
   SpeculativeOptions spec_opt;
   if (!a.draft.empty()) {
     LoadOptions draft_load = load;
@@ -101,11 +102,11 @@ int RunGenerate(const GenerateArgs& a) {
     spec_opt.generate = opt;
     if (a.k == "auto") {
       spec_opt.policy = &policy;
+      spec_opt.costs = &costs;
       CalibrationOptions co;
       co.context = std::min<int>(256, prompt.size() + opt.max_tokens / 2);
       co.sampling = opt.sampling;
-      CalibrateSpeculationPolicy(*model, draft.get(), SpeculationPolicyOptions().k_max, &policy,
-                                 co);
+      CalibrateStepCosts(*model, draft.get(), policy.options().k_max, &costs, co);
     } else {
       try {
         spec_opt.k = std::stoi(a.k);

@@ -16,14 +16,6 @@ namespace {
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-ForwardInput Input(KVCache* cache, int n, bool all_logits) {
-  ForwardInput in;
-  in.cache = cache;
-  in.tokens.assign(n, 3);
-  in.all_logits = all_logits;
-  return in;
-}
 }  // namespace
 
 Scheduler::Scheduler(const LlamaModel* target, std::unique_ptr<LlamaModel> draft,
@@ -87,70 +79,17 @@ int Scheduler::waiting() const {
   return static_cast<int>(waiting_.size());
 }
 
-// Times one batched forward of `batch` sequences (`context` cached tokens each: attention cost
-// grows with context) with `n` new tokens each, and one draft token, plus the verifier's work
-// per row (sampling at temperature 1), to seed the cost model before traffic refines it.
-// Plain decoding (n = 1) is timed as it runs, forwards back to back on growing caches
-// (CalibrationOptions::plain_run in common/speculative_decoder.h).
+// Seeds the step costs before traffic refines them: batched target forwards up to max_batch
+// sequences, the draft, the verifier's work per row at temperature 1.
 void Scheduler::Calibrate() {
-  c10::InferenceMode guard;
-  auto median = [](std::vector<double> t) {
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-  };
-  const int k_max = options_.policy.k_max;
-  const int plain_run = CalibrationOptions().plain_run;
-  const int room = std::max(k_max + 1, plain_run);
-  const int context = std::max(1, std::min(256, target_->config().max_position_embeddings - room - 1));
-  const double row = VerificationSecondsPerRow(target_->config().vocab_size, SamplingParams());
-  for (int b = 1;; b = std::min(b * 2, options_.max_batch)) {
-    std::vector<KVCache> caches;
-    for (int i = 0; i < b; ++i) caches.push_back(target_->NewCache(context + room));
-    std::vector<ForwardInput> prefix;
-    for (auto& c : caches) prefix.push_back(Input(&c, context, false));
-    target_->Forward(prefix);
-    for (int n : {1, 2, 3, 5, k_max + 1}) {
-      if (n > k_max + 1) continue;
-      std::vector<double> t;
-      for (int rep = 0; rep < (n == 1 ? plain_run : 3); ++rep) {
-        std::vector<ForwardInput> in;
-        for (auto& c : caches) in.push_back(Input(&c, n, n > 1));
-        const auto t0 = Clock::now();
-        target_->Forward(in);
-        t.push_back(SecondsSince(t0));
-        if (n > 1) for (auto& c : caches) c.Truncate(context);
-      }
-      for (auto& c : caches) c.Truncate(context);
-      cost_.Seed(b * n, median(t) + b * n * row);
-    }
-    if (b >= options_.max_batch) break;
-  }
-  if (draft_) {
-    KVCache c = draft_->NewCache(context + 1);
-    const auto t0 = Clock::now();
-    draft_->Forward({Input(&c, context, false)});
-    draft_catch_up_ = {context, SecondsSince(t0)};
-    std::vector<double> t;
-    for (int rep = 0; rep < 5; ++rep) {
-      const auto t0 = Clock::now();
-      draft_->Forward({Input(&c, 1, false)});
-      t.push_back(SecondsSince(t0));
-      c.Truncate(context);
-    }
-    draft_token_seconds_ = median(t) + row;
-  }
+  CalibrationOptions co;
+  co.max_batch = options_.max_batch;
+  CalibrateStepCosts(*target_, draft_.get(), options_.policy.k_max, &costs_, co);
 }
 
-SpeculationPolicy* Scheduler::PolicyFor(const std::string& label) {
-  auto& p = policies_[label];
-  if (!p) {
-    p = std::make_unique<SpeculationPolicy>(options_.policy);
-    if (!cost_.empty()) {
-      for (int n = 1; n <= options_.policy.k_max + 1; ++n) p->SeedTarget(n, cost_.Seconds(n));
-      p->SeedDraft(draft_token_seconds_);
-      p->ObserveCatchUp(draft_catch_up_.tokens, draft_catch_up_.seconds);
-    }
-  }
+SpeculationPolicy* Scheduler::PolicyFor(const std::string& label, uint64_t draft_version) {
+  auto& p = policies_[{label, draft_version}];
+  if (!p) p = std::make_unique<SpeculationPolicy>(options_.policy);
   return p.get();
 }
 
@@ -190,6 +129,11 @@ void Scheduler::InstallDraft(DraftCandidate candidate) {
     for (auto& seq : active_) {
       if (seq->draft_proposer) seq->draft_proposer->SetDraft(candidate.model.get());
       seq->draft_version = version;  // reported in the response (the record keeps its start)
+      if (seq->policy) seq->policy = PolicyFor(seq->series->label, version);
+    }
+    // Acceptance is per draft version: the old version's estimates go.
+    for (auto it = policies_.begin(); it != policies_.end();) {
+      it = it->first.second == version ? std::next(it) : policies_.erase(it);
     }
     draft_ = std::move(candidate.model);  // the old draft is no longer referenced
     draft_version_ = version;
@@ -226,7 +170,7 @@ void Scheduler::Admit() {
         seq->draft_proposer = dp.get();
         seq->proposer = std::move(dp);
       }
-      if (options_.k < 0) seq->policy = PolicyFor(seq->series->label);
+      if (options_.k < 0) seq->policy = PolicyFor(seq->series->label, draft_version_);
       seq->draft_version = draft_version_;
       seq->decoder = std::make_unique<SpeculativeDecoder>(target_, seq->proposer.get(), p.prompt,
                                                           p.generate);
@@ -268,8 +212,8 @@ void Scheduler::Step() {
         const std::vector<int>& tokens = seq->decoder->tokens();
         const int64_t remaining =
             p.generate.max_tokens - static_cast<int64_t>(tokens.size() - p.prompt.size());
-        seq->k = seq->policy->ChooseKInBatch(cost_, batch, seq->proposer->CatchUpTokens(tokens),
-                                             remaining);
+        seq->k = seq->policy->ChooseK(costs_, batch, static_cast<int64_t>(tokens.size()) - 1,
+                                      seq->proposer->CatchUpTokens(tokens), remaining);
       }
       if (seq->draft_proposer != nullptr) {
         const int k = seq->decoder->BeginPropose(seq->k);
@@ -296,6 +240,7 @@ void Scheduler::Step() {
   std::vector<Sequence*> live;
   std::vector<ForwardInput> inputs;
   size_t rows = 0;
+  double attended = 0;  // cached tokens the rows attend to, summed over the rows
   for (Sequence* seq : drafting) {
     if (seq->done) continue;
     if (seq->draft_proposer != nullptr) seq->decoder->EndPropose();
@@ -306,6 +251,8 @@ void Scheduler::Step() {
     seq->row_offset = rows;
     seq->rows = in.tokens.size();
     rows += seq->rows;
+    attended += seq->rows * static_cast<double>(seq->start_pos - 1) +
+                seq->rows * (seq->rows - 1) / 2.0;
     inputs.push_back(std::move(in));
     live.push_back(seq);
   }
@@ -325,7 +272,11 @@ void Scheduler::Step() {
   }
   const double forward_s = SecondsSince(t0);
   metrics_->ObserveTargetForward(forward_s, static_cast<int>(live.size()));
-  double verify_s = 0;  // the verifiers' work over the rows: part of what a row costs
+  double verify_s = 0;  // the verifiers' and the logger's work: part of what a row costs
+  // The step's drafting: seconds (catch-ups apart), sequences, forwards (the longest block).
+  double draft_s = 0;
+  int draft_sequences = 0, draft_forwards = 0;
+  bool draft_ran = false;
 
   // 3. Verification, output, logging.
   for (Sequence* seq : live) {
@@ -343,7 +294,7 @@ void Scheduler::Step() {
         sample_logger_->AddStep(seq->trace, seq->start_pos, seq->draft_tokens, accepted,
                                 mine.narrow(0, seq->rows - (drafted + 1), drafted + 1));
       }
-      const double log_s = SecondsSince(l0);
+      verify_s += SecondsSince(l0);
       metrics_->ObserveStep(seq->series, seq->k, drafted, accepted,
                             static_cast<int>(emitted.size()));
       if (swap_hook_ && drafted > 0) {
@@ -352,17 +303,14 @@ void Scheduler::Step() {
       if (drafted > 0 && seq->draft_seconds > 0) {
         metrics_->ObserveDraftForward(seq->draft_seconds);
       }
-      if (seq->policy) {
-        // This sequence's step: drafting (a catch-up is priced apart), its share of the
-        // forward, verification, handing it to the logger.
-        seq->policy->ObserveRealized(seq->k, std::max(0.0, seq->draft_seconds) +
-                                                 forward_s * seq->rows / rows + commit_s + log_s);
-        seq->policy->ObserveStep(drafted, accepted);
-        const Proposer::CatchUp catch_up = seq->proposer->last_catch_up();
-        seq->policy->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
-        if (drafted > 0 && seq->draft_seconds >= 0) {
-          seq->policy->ObserveDraft(drafted, seq->draft_seconds);
-        }
+      if (seq->policy) seq->policy->ObserveStep(drafted, accepted);
+      const Proposer::CatchUp catch_up = seq->proposer->last_catch_up();
+      costs_.ObserveCatchUp(catch_up.tokens, catch_up.seconds);
+      draft_ran = draft_ran || catch_up.tokens > 0 || seq->draft_seconds > 0;
+      if (drafted > 0 && seq->draft_seconds > 0) {
+        draft_s += seq->draft_seconds;
+        ++draft_sequences;
+        draft_forwards = std::max(draft_forwards, drafted);
       }
       if (!emitted.empty() && !seq->got_first_token) {
         seq->got_first_token = true;
@@ -382,7 +330,8 @@ void Scheduler::Step() {
       Fail(seq, 500, std::string("verification failed: ") + e.what());
     }
   }
-  cost_.Observe(static_cast<int>(rows), forward_s + verify_s);
+  costs_.ObserveTarget(static_cast<int>(rows), attended, forward_s + verify_s, draft_ran);
+  if (draft_forwards > 0) costs_.ObserveDraft(draft_sequences, draft_s / draft_forwards);
 }
 
 void Scheduler::Fail(Sequence* seq, int http_status, const std::string& message) {

@@ -6,9 +6,9 @@
 //   1. installs a new draft from the DraftSwapHook, if one is ready;
 //   2. admits waiting requests up to max_batch (prompt prefill per new sequence) and retires
 //      cancelled ones;
-//   3. for every active sequence picks k (fixed, or the domain's SpeculationPolicy given the
-//      batch size and the batched target's measured cost); the draft model then drafts for
-//      all of them together, one batched draft forward per drafted position;
+//   3. for every active sequence picks k (fixed, or the SpeculationPolicy of its domain and
+//      draft version, given the batch size and the measured StepCostTable); the draft model
+//      then drafts for all of them together, one batched draft forward per drafted position;
 //   4. runs ONE target forward over all sequences (pending token + drafts each);
 //   5. commits each sequence's rows (exact verification), streams out its new text, hands the
 //      step to the SampleLogger, and retires finished sequences.
@@ -31,6 +31,7 @@
 #include "common/llama_model.h"
 #include "common/proposer.h"
 #include "common/speculation_policy.h"
+#include "common/step_cost_table.h"
 #include "common/tokenizer.h"
 #include "serve/draft_swap_hook.h"
 #include "serve/request.h"
@@ -44,12 +45,12 @@ struct SchedulerOptions {
   int max_batch = 16;
   // Most requests waiting for a batch slot; more are refused (HTTP 429). Default: 64.
   size_t max_waiting = 64;
-  // Speculation length: -1 = adaptive (per-domain SpeculationPolicy), 0 = off (plain
+  // Speculation length: -1 = adaptive (SpeculationPolicy per domain and draft version), 0 = off (plain
   // decoding, the draft never runs), N > 0 = fixed. Default: -1.
   int k = -1;
   // Adaptive policy options (k_max caps every k). Default: SpeculationPolicyOptions().
   SpeculationPolicyOptions policy;
-  // Time the batched target forward and the draft at Start() to seed the cost model.
+  // Time the batched target forward and the draft at Start() to seed the step costs.
   // Default: true.
   bool calibrate = true;
 };
@@ -92,7 +93,7 @@ class Scheduler {
   void Step();
   void Fail(Sequence* seq, int http_status, const std::string& message);
   void Finish(Sequence* seq, const std::string& reason);
-  SpeculationPolicy* PolicyFor(const std::string& domain_label);
+  SpeculationPolicy* PolicyFor(const std::string& domain_label, uint64_t draft_version);
 
   const LlamaModel* target_;
   std::unique_ptr<LlamaModel> draft_;  // owned by the scheduler thread after Start()
@@ -104,10 +105,9 @@ class Scheduler {
 
   // Scheduler-thread state.
   std::vector<std::unique_ptr<Sequence>> active_;
-  std::map<std::string, std::unique_ptr<SpeculationPolicy>> policies_;  // by domain label
-  BatchCostModel cost_;
-  double draft_token_seconds_ = 0;  // calibrated draft forward of one token
-  Proposer::CatchUp draft_catch_up_;  // calibrated draft forward over a prompt-sized context
+  // By domain label and draft version (only the current version's are kept).
+  std::map<std::pair<std::string, uint64_t>, std::unique_ptr<SpeculationPolicy>> policies_;
+  StepCostTable costs_;
 
   std::atomic<uint64_t> draft_version_{0};
   std::atomic<int> active_count_{0};

@@ -63,12 +63,16 @@ TEST(SpeculativeDecoder, GreedyEqualsPlainGreedyOnEveryDomain) {
         PromptLookupProposer lookup(4096, true);
         FallbackProposer both(&lookup, &model);
         SpeculationPolicy policy;
+        StepCostTable costs;
         // Modes: fixed k, adaptive k, prompt lookup falling back to the draft, a token tree.
         for (int mode = 0; mode < 4; ++mode) {
           SpeculativeOptions o;
           o.generate = g;
           o.k = 5;
-          if (mode == 1) o.policy = &policy;
+          if (mode == 1) {
+            o.policy = &policy;
+            o.costs = &costs;
+          }
           Proposer* p = mode == 2 ? static_cast<Proposer*>(&both) : &model;
           if (mode == 3) p = &tree;
           SpeculativeStats stats;
@@ -415,7 +419,12 @@ TEST(DraftModelProposer, BatchedDraftingEqualsDraftingAlone) {
 
 TEST(SpeculativeDecoder, AdaptivePolicyLeavesTheDraftIdleWhenItsCatchUpDoesNotPay) {
   c10::InferenceMode guard;
-  auto target = testing::RandomModel(testing::TinyConfig(), 5);
+  // A target six times the draft's depth, and a policy sure that every draft token is
+  // accepted: speculation pays, but for the draft's catch-up on the prompt, which costs
+  // `per_token` seconds per token.
+  ModelConfig deep = testing::TinyConfig();
+  deep.num_hidden_layers = 12;
+  auto target = testing::RandomModel(deep, 5);
   auto draft = testing::RandomModel(testing::TinyConfig(), 6);
   std::vector<int> prompt(40, 3);
   prompt[0] = 1;
@@ -423,20 +432,20 @@ TEST(SpeculativeDecoder, AdaptivePolicyLeavesTheDraftIdleWhenItsCatchUpDoesNotPa
   g.max_tokens = 30;
   g.stop_at_eos = false;
   g.sampling.temperature = 0;
-  // A policy sure that speculation pays (nearly free forwards, alpha 0.6 prior) and that never
-  // probes; the draft's catch-up costs `per_token` seconds per token.
   auto run = [&](double per_token) {
     SpeculationPolicyOptions po;
-    po.probe_interval = po.max_probe_interval = po.plain_probe_interval = 1 << 20;
-    po.min_realized_steps = 1 << 20;  // the model alone decides
+    po.prior_alpha = 1.0;
+    po.prior_weight = 1e12;
+    po.probe_interval = po.max_probe_interval = 1 << 20;
     SpeculationPolicy policy(po);
-    for (int n = 1; n <= po.k_max + 1; ++n) policy.SeedTarget(n, 1e-3);
-    policy.SeedDraft(1e-6);
-    policy.ObserveCatchUp(1, per_token);
+    StepCostTable costs;
+    CalibrateStepCosts(*target, draft.get(), po.k_max, &costs);
+    costs.ObserveCatchUp(1000000, 1000000 * per_token);
     DraftModelProposer model(draft.get(), g.sampling);
     SpeculativeOptions o;
     o.generate = g;
     o.policy = &policy;
+    o.costs = &costs;
     SpeculativeStats s;
     const GenerateResult r = GenerateSpeculative(*target, &model, prompt, o, &s);
     EXPECT_EQ(r.tokens, GeneratePlain(*target, prompt, g).tokens);
@@ -447,7 +456,7 @@ TEST(SpeculativeDecoder, AdaptivePolicyLeavesTheDraftIdleWhenItsCatchUpDoesNotPa
   EXPECT_EQ(idle.drafted, 0);
   EXPECT_EQ(idle.k_sum, 0);
   // The same policy with a cheap catch-up speculates (the check above can fail).
-  const SpeculativeStats busy = run(1e-7);
+  const SpeculativeStats busy = run(1e-9);
   EXPECT_GT(busy.drafted, 0);
 }
 

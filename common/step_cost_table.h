@@ -1,0 +1,88 @@
+// StepCostTable: what one decoding step costs on this machine, measured as it decodes, for the
+// speculation policy to price each speculation length (docs/speculation-policy.md):
+//
+//   target(R, L) = W(R) + slope * R * L   one target forward over R rows in all (a sequence's
+//                                         pending token plus its drafts, summed over the batch),
+//                                         its rows' verification included, L the cached tokens
+//                                         each row attends to;
+//   draft(b)                              one batched draft forward drafting one position for
+//                                         each of b sequences;
+//   catch_up(n)                           the draft's forward over n tokens it has not seen.
+//
+// W and draft are decayed means on a grid of sizes (1..16 exactly, then steps of about 1.5x),
+// interpolated linearly between measured sizes, flat below the smallest and proportional beyond
+// the largest. An observation's weight halves every `half_life` observations of any size: a
+// size seldom taken is as fresh as its last few observations. `slope` (attention's seconds per row and
+// cached token) comes from a calibration at two contexts and is not refined: it is arithmetic,
+// and a step's noise would swamp it.
+//
+// A one-row forward that follows a draft forward within kColdPlainForwards target forwards is
+// not recorded: the draft has evicted part of the target's weights from the CPU's caches, so it
+// is not what plain decoding costs (target-6m, which fits in L3: 1749, 1736, 1579, 1479 us as
+// the 1st to 4th plain step after a speculative one, 1252 us later).
+//
+// Pure logic; not thread-safe (one owner: a generation, or the scheduler's thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace specloop {
+
+class StepCostTable {
+ public:
+  static constexpr int kColdPlainForwards = 4;
+
+  // `half_life`: observations (of any size) after which an observation's weight halves.
+  explicit StepCostTable(double half_life = 32.0);
+
+  // A target forward over `rows` rows whose rows attended to `attended` cached tokens in all
+  // (sum over rows) took `seconds`, verification included. `after_draft`: a draft forward ran
+  // since the previous target forward.
+  void ObserveTarget(int rows, double attended, double seconds, bool after_draft);
+  // A batched draft forward drafting one position for each of `sequences` took `seconds`.
+  void ObserveDraft(int sequences, double seconds);
+  // The draft caught up on `tokens` tokens in `seconds`.
+  void ObserveCatchUp(int64_t tokens, double seconds);
+  // Attention's seconds per row and cached token (>= 0), from a calibration.
+  void set_context_slope(double seconds_per_row_token);
+  double context_slope() const { return slope_; }
+
+  // Seconds of a target forward over `rows` rows, each after `context` cached tokens; 0 while
+  // no target forward is known.
+  double TargetSeconds(int rows, double context) const;
+  // Seconds of one batched draft forward for `sequences` sequences; 0 while none is known.
+  double DraftSeconds(int sequences) const;
+  // Seconds of a catch-up on `tokens` tokens: the measured seconds per token, and at least one
+  // draft forward; 0 for no tokens or while none was measured.
+  double CatchUpSeconds(int64_t tokens) const;
+  // Whether a target forward is known (a proposer with no draft model costs nothing to draft).
+  bool ready() const { return !target_.empty(); }
+
+  // Seconds as a decayed mean over a grid of sizes (see the header comment).
+  class Curve {
+   public:
+    explicit Curve(double decay);
+    void Observe(int size, double seconds);
+    double Seconds(int size) const;  // 0 while nothing is measured
+    bool empty() const;
+
+   private:
+    size_t Nearest(int size) const;
+    double decay_;
+    std::vector<int> grid_;       // sizes, increasing
+    std::vector<double> sum_, weight_;  // [grid index]: decayed sums of seconds, of observations
+    std::vector<int64_t> last_;         // [grid index]: clock_ at its last observation
+    int64_t clock_ = 0;                 // observations of any size
+  };
+
+ private:
+  Curve target_, draft_;
+  double slope_ = 0;
+  double catch_up_s_ = 0, catch_up_n_ = 0;  // decayed sums of seconds, of tokens
+  double decay_;
+  int plain_run_ = kColdPlainForwards;  // target forwards since the last draft forward
+};
+
+}  // namespace specloop

@@ -1,0 +1,78 @@
+#include "common/step_cost_table.h"
+
+#include <gtest/gtest.h>
+
+namespace specloop {
+namespace {
+
+TEST(StepCostTable, InterpolatesBetweenMeasuredSizesFlatBelowProportionalBeyond) {
+  StepCostTable t;
+  EXPECT_FALSE(t.ready());
+  EXPECT_EQ(t.TargetSeconds(1, 0), 0.0);
+  t.ObserveTarget(2, 0, 2.0, true);
+  t.ObserveTarget(6, 0, 4.0, true);
+  EXPECT_TRUE(t.ready());
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(1, 0), 2.0);   // below the smallest measured: flat
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(4, 0), 3.0);   // linear between 2 and 6
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(12, 0), 8.0);  // beyond the largest: proportional
+  // Above 16 the grid steps by 1.5x (24, 36, ...); an observation between grid sizes lands
+  // on the nearest, scaled by the curve's own ratio between the two.
+  t.ObserveTarget(24, 0, 30.0, true);
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(24, 0), 30.0);
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(36, 0), 45.0);
+  t.ObserveTarget(26, 0, 32.5, true);  // on the curve (30 * 26 / 24): the curve stays
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(24, 0), 30.0);
+}
+
+TEST(StepCostTable, ContextAddsAttentionsSlopePerRowAndCachedToken) {
+  StepCostTable t;
+  t.set_context_slope(0.001);
+  // 3 rows after 100 cached tokens each: 300 row-tokens of attention, 0.3 s of 1.3 s.
+  t.ObserveTarget(3, 300, 1.3, true);
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(3, 0), 1.0);
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(3, 500), 2.5);
+}
+
+TEST(StepCostTable, DecayedMeanFollowsChangeWithItsHalfLife) {
+  StepCostTable t(/*half_life=*/4);
+  for (int i = 0; i < 400; ++i) t.ObserveTarget(2, 0, 1.0, true);
+  for (int i = 0; i < 4; ++i) t.ObserveTarget(2, 0, 3.0, true);
+  // After one half-life, half the weight: 1 + (3 - 1) / 2.
+  EXPECT_NEAR(t.TargetSeconds(2, 0), 2.0, 1e-6);
+  // Weights age with observations of any size: 400 steps elsewhere, then one at 2 rows, and
+  // that one outweighs the 404 before it by 2^100.
+  for (int i = 0; i < 400; ++i) t.ObserveTarget(5, 0, 1.0, true);
+  t.ObserveTarget(2, 0, 7.0, true);
+  EXPECT_NEAR(t.TargetSeconds(2, 0), 7.0, 1e-6);
+}
+
+TEST(StepCostTable, PlainForwardsRightAfterADraftAreNotRecorded) {
+  StepCostTable t;
+  for (int i = 0; i < 10; ++i) t.ObserveTarget(1, 0, 1.0, false);
+  t.ObserveTarget(3, 0, 2.0, true);  // a speculative step
+  for (int i = 0; i < StepCostTable::kColdPlainForwards; ++i) {
+    t.ObserveTarget(1, 0, 5.0, false);  // cold
+  }
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(1, 0), 1.0);
+  t.ObserveTarget(1, 0, 5.0, false);  // warm again: recorded (so the rule above can fail)
+  EXPECT_GT(t.TargetSeconds(1, 0), 1.0);
+  // Verification-sized forwards are what they are after a draft: always recorded.
+  t.ObserveTarget(3, 0, 4.0, true);
+  EXPECT_GT(t.TargetSeconds(3, 0), 2.0);
+}
+
+TEST(StepCostTable, DraftByBatchAndCatchUpPerToken) {
+  StepCostTable t;
+  EXPECT_EQ(t.DraftSeconds(1), 0.0);
+  t.ObserveDraft(1, 0.1);
+  t.ObserveDraft(8, 0.3);
+  EXPECT_NEAR(t.DraftSeconds(4), 0.1 + 0.2 * 3 / 7, 1e-12);
+  EXPECT_EQ(t.CatchUpSeconds(10), 0.0);  // none measured
+  t.ObserveCatchUp(100, 0.5);
+  EXPECT_DOUBLE_EQ(t.CatchUpSeconds(40), 0.2);
+  EXPECT_DOUBLE_EQ(t.CatchUpSeconds(1), 0.1);  // at least one draft forward
+  EXPECT_EQ(t.CatchUpSeconds(0), 0.0);
+}
+
+}  // namespace
+}  // namespace specloop
