@@ -9,8 +9,7 @@ namespace specloop {
 
 SpeculationPolicy::SpeculationPolicy(const SpeculationPolicyOptions& options)
     : options_(options),
-      acceptance_(options.prior_alpha, options.prior_weight, options.half_life_steps),
-      probe_wait_(std::max(1, options.probe_interval)) {}
+      acceptance_(options.prior_alpha, options.prior_weight, options.half_life_steps) {}
 
 double SpeculationPolicy::ExpectedRate(const StepCostTable& costs, int k, int batch,
                                        int64_t context) const {
@@ -39,14 +38,22 @@ int SpeculationPolicy::ChooseK(const StepCostTable& costs, int batch, int64_t co
     best = current_;
   }
   current_ = best;
-  if (best == 0) {  // plain decoding; now and then a probe keeps alpha measured
-    if (++plain_choices_ < int64_t{probe_wait_} * batch) return 0;
-    plain_choices_ = 0;
-    probe_wait_ = std::min(2 * probe_wait_, std::max(1, options_.max_probe_interval));
+  if (best == 0) {
+    // Plain decoding. A probe keeps alpha measured; it costs the draft's catch-up, its drafts,
+    // its extra rows in the batch's forward, and about one plain step more in the cold steps
+    // after it (target-6m: 1.2 steps), together at most the forward over batch + k rows.
+    // Taken once plain decoding's time since the last one (this sequence's share of each
+    // batch step) is 1 / probe_share times that.
+    const double L = static_cast<double>(context);
+    const double probe = costs.CatchUpSeconds(catch_up_tokens) +
+                         best_spec * costs.DraftSeconds(1) +
+                         costs.TargetSeconds(batch + best_spec, L);
+    plain_seconds_ += costs.TargetSeconds(batch, L) / batch;
+    if (plain_seconds_ * options_.probe_share < probe) return 0;
+    plain_seconds_ = 0;
     return best_spec;
   }
-  plain_choices_ = 0;
-  probe_wait_ = std::max(1, options_.probe_interval);
+  plain_seconds_ = 0;
   // A draft that is behind first catches up: worth it only where the rest repays it.
   if (remaining > 0 && catch_up_tokens > 0 && rate[0] > 0) {
     const double n = static_cast<double>(remaining);

@@ -12,9 +12,9 @@
 // (its prompt, tokens decoded plainly) speculates only where the time saved over the tokens it
 // has left repays the draft's catch-up. Every `explore_interval`-th choice while speculating
 // takes a neighbouring length instead, so that the lengths compared against stay measured
-// under the machine's current load; while plain decoding wins, a probe speculates after
-// `probe_interval` choices (waits doubling up to `max_probe_interval`, times b), so that
-// acceptance keeps being measured.
+// under the machine's current load; while plain decoding wins, a probe speculates once the
+// plain decoding time since the last probe is `1 / probe_share` times the probe's expected
+// cost, so that acceptance keeps being measured at a bounded price.
 //
 // Pure logic; the caller feeds it verification outcomes. Not thread-safe.
 #pragma once
@@ -39,9 +39,8 @@ struct SpeculationPolicyOptions {
   // While speculating, every explore_interval-th choice takes a neighbour of the best k.
   // Default: 16.
   int explore_interval = 16;
-  // While plain decoding wins: first wait before a probe, and the longest. Default: 16, 1024.
-  int probe_interval = 16;
-  int max_probe_interval = 1024;
+  // While plain decoding wins, probes take at most this share of the time. Default: 0.01.
+  double probe_share = 0.01;
 };
 
 class SpeculationPolicy {
@@ -70,9 +69,8 @@ class SpeculationPolicy {
   SpeculationPolicyOptions options_;
   spec::AcceptanceEstimator acceptance_;
   int current_ = -1;
-  int64_t spec_choices_ = 0;  // choices while speculating, for exploration
-  int64_t plain_choices_ = 0;  // choices of k = 0 since the last probe
-  int probe_wait_;
+  int64_t spec_choices_ = 0;   // choices while speculating, for exploration
+  double plain_seconds_ = 0;   // plain decoding's time since the last probe (this policy's share)
 };
 
 }  // namespace specloop

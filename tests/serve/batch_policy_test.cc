@@ -23,8 +23,8 @@ StepCostTable CpuLike(double overhead, double per_row) {
 TEST(SpeculationPolicyInBatch, TurnsSpeculationDownThenOffAsTheBatchGrows) {
   const StepCostTable costs = CpuLike(1.0, 0.05);
   SpeculationPolicyOptions o;
-  o.probe_interval = o.max_probe_interval = 1000000;  // no probes in this test
-  o.explore_interval = 1000000;                       // nor exploration
+  o.probe_share = 0;              // no probes in this test
+  o.explore_interval = 1000000;  // nor exploration
   // Each batch size on a fresh policy (no hysteresis from the one before); alpha 6 / 7.
   auto choose = [&](int b) {
     SpeculationPolicy q(o);
@@ -43,23 +43,21 @@ TEST(SpeculationPolicyInBatch, TurnsSpeculationDownThenOffAsTheBatchGrows) {
   EXPECT_EQ(k64, 0);
 }
 
+// A probe delays the whole batch, and each sequence counts only its share of a plain step
+// towards the next: in a batch of 8 a domain's sequences together probe about as often per
+// second of plain decoding as a lone sequence does, so per choice several times less often.
 TEST(SpeculationPolicyInBatch, ProbesLessOftenInBigBatches) {
   const StepCostTable costs = CpuLike(1.0, 0.05);
-  SpeculationPolicyOptions o;
-  o.probe_interval = 16;
-  o.max_probe_interval = 256;
-  // Waits of 16, 32, 64, ... choices (doubling up to 256), scaled by the batch size.
-  auto probes_at = [&](int batch) {
-    SpeculationPolicy p(o);
+  auto probes = [&](int batch) {
+    SpeculationPolicy p;
     for (int i = 0; i < 400; ++i) p.ObserveStep(4, 0);  // alpha near 0
-    std::vector<int> at;
-    for (int i = 1; i <= 1280; ++i) {
-      if (p.ChooseK(costs, batch) > 0) at.push_back(i);
-    }
-    return at;
+    int n = 0;
+    for (int i = 0; i < 20000; ++i) n += p.ChooseK(costs, batch) > 0;
+    return n;
   };
-  EXPECT_EQ(probes_at(8), (std::vector<int>{128, 384, 896}));
-  EXPECT_EQ(probes_at(1), (std::vector<int>{16, 48, 112, 240, 496, 752, 1008, 1264}));
+  const int alone = probes(1), in8 = probes(8);
+  EXPECT_GT(in8, 0);
+  EXPECT_GT(alone, 4 * in8);
 }
 
 }  // namespace

@@ -436,7 +436,7 @@ TEST(SpeculativeDecoder, AdaptivePolicyLeavesTheDraftIdleWhenItsCatchUpDoesNotPa
     SpeculationPolicyOptions po;
     po.prior_alpha = 1.0;
     po.prior_weight = 1e12;
-    po.probe_interval = po.max_probe_interval = 1 << 20;
+    po.probe_share = 0;  // never probes
     SpeculationPolicy policy(po);
     StepCostTable costs;
     CalibrateStepCosts(*target, draft.get(), po.k_max, &costs);
