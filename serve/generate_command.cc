@@ -18,7 +18,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model, prompt, device = "cpu", dtype = "auto";
-  std::string draft, k = "4", draft_mode = "chain", tree = "2,2,1,1";
+  std::string draft, k = "auto", draft_mode = "chain", tree = "2,2,1,1";
   bool prompt_lookup = false;
   float min_confidence = 0.0f;
   int max_tokens = 128, top_k = 0, threads = 0;
