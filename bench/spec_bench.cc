@@ -14,9 +14,10 @@
 // "lockstep_speedup" over the plain runs beside the arm itself (precise, but favouring arms
 // that run the draft: "plain_beside_vs_beside_k0"). "auto_vs_plain" and "k0_path_vs_plain"
 // are lockstep ratios. Medians over `--reps` repetitions, the arms taking the prompts in turn
-// within each; ratios are medians of the per-repetition ratios. Auto keeps one policy per
-// draft and domain (as serving keeps one per domain); it first decodes the domain's prompts
-// once untimed, as a long-running server's policy has long learnt alpha and costs.
+// within each; ratios are medians of the per-repetition ratios. Auto keeps one policy and one
+// step-cost table per draft and domain (serving keeps a policy per domain and draft version);
+// it first decodes the domain's prompts once untimed, as a long-running server's policy has
+// long learnt alpha and costs.
 // Also "k0_path_vs_plain": the speculative decoder held at k = 0 against plain decoding, the
 // per-step cost of the speculative path itself (auto's floor when it never speculates).
 // `--no-fixed` leaves out k = 1..8 (shorter).
