@@ -39,11 +39,11 @@ int SpeculationPolicy::ChooseK(const StepCostTable& costs, int batch, int64_t co
   }
   current_ = best;
   if (best == 0) {
-    // Plain decoding. A probe keeps alpha measured; it costs the draft's catch-up, its drafts,
-    // its extra rows in the batch's forward, and about one plain step more in the cold steps
-    // after it (target-6m: 1.2 steps), together at most the forward over batch + k rows.
-    // Taken once plain decoding's time since the last one (this sequence's share of each
-    // batch step) is 1 / probe_share times that.
+    // Plain decoding. A probe keeps alpha measured. It costs the draft's catch-up, its drafts,
+    // its extra rows in the batch's forward and about one plain step more in the cold steps
+    // after it (target-6m: 1.2 steps); the last two together come to about the forward over
+    // batch + k rows. Taken once plain decoding's time since the last probe (this sequence's
+    // share of each batch step) is 1 / probe_share times that.
     const double L = static_cast<double>(context);
     const double probe = costs.CatchUpSeconds(catch_up_tokens) +
                          best_spec * costs.DraftSeconds(1) +

@@ -223,6 +223,7 @@ SpeculativeGeneration::SpeculativeGeneration(const LlamaModel& target, Proposer*
                                              const std::vector<int>& prompt,
                                              const SpeculativeOptions& options)
     : target_(target), proposer_(proposer), options_(options), prompt_len_(prompt.size()) {
+  TORCH_CHECK(!options.policy || options.costs, "SpeculativeOptions: a policy needs costs");
   const auto t0 = Clock::now();
   decoder_ = std::make_unique<SpeculativeDecoder>(&target, proposer, prompt, options.generate);
   prefill_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -239,7 +240,7 @@ GenerateResult SpeculativeGeneration::result() const {
 
 void SpeculativeGeneration::Step() {
   c10::InferenceMode guard;
-  SpeculationPolicy* policy = options_.costs ? options_.policy : nullptr;
+  SpeculationPolicy* policy = options_.policy;
   StepCostTable* costs = options_.costs;
   const auto t0 = Clock::now();
   SpeculativeDecoder& decoder = *decoder_;
@@ -309,7 +310,11 @@ void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k
   const int short_context = options.short_context;
   const bool two = short_context >= 1 && short_context < context;
   auto input = [](KVCache* cache, int n, bool all_logits) {
-    return ForwardInput{cache, std::vector<int64_t>(n, 3), all_logits, {}};
+    ForwardInput in;
+    in.cache = cache;
+    in.tokens.assign(n, 3);
+    in.all_logits = all_logits;
+    return in;
   };
   auto prefilled = [&](const LlamaModel& m, int tokens) {
     KVCache c = m.NewCache(tokens + room);

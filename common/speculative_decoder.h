@@ -118,7 +118,7 @@ struct SpeculativeOptions {
   GenerateOptions generate;
   // Fixed speculation length, used when `policy` is null. Default: 4.
   int k = 4;
-  // Adaptive length (not owned; requires `costs`): fed this request's verification outcomes.
+  // Adaptive length (not owned; REQUIRES `costs`): fed this request's verification outcomes.
   SpeculationPolicy* policy = nullptr;
   // Step costs (not owned; may be set without a policy): fed this request's timings.
   StepCostTable* costs = nullptr;

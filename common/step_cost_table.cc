@@ -65,9 +65,7 @@ double StepCostTable::Curve::Seconds(int size) const {
 }
 
 StepCostTable::StepCostTable(double half_life)
-    : target_(std::pow(0.5, 1.0 / std::max(1.0, half_life))),
-      draft_(std::pow(0.5, 1.0 / std::max(1.0, half_life))),
-      decay_(std::pow(0.5, 1.0 / std::max(1.0, half_life))) {}
+    : decay_(std::pow(0.5, 1.0 / std::max(1.0, half_life))), target_(decay_), draft_(decay_) {}
 
 void StepCostTable::ObserveTarget(int rows, double attended, double seconds, bool after_draft) {
   if (after_draft) {

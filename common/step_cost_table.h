@@ -78,10 +78,10 @@ class StepCostTable {
   };
 
  private:
+  double decay_;  // per observation: 0.5^(1 / half_life)
   Curve target_, draft_;
   double slope_ = 0;
   double catch_up_s_ = 0, catch_up_n_ = 0;  // decayed sums of seconds, of tokens
-  double decay_;
   int plain_run_ = kColdPlainForwards;  // target forwards since the last draft forward
 };
 

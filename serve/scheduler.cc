@@ -284,8 +284,7 @@ void Scheduler::Step() {
       at::Tensor mine = logits.narrow(0, seq->row_offset, seq->rows);
       const auto c0 = Clock::now();
       const std::vector<int> emitted = seq->decoder->Commit(mine);
-      const double commit_s = SecondsSince(c0);
-      verify_s += commit_s;
+      verify_s += SecondsSince(c0);
       const int drafted = static_cast<int>(seq->draft_tokens.size());
       const int accepted = seq->decoder->last_accepted();
       const auto l0 = Clock::now();
