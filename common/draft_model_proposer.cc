@@ -1,5 +1,6 @@
 #include "common/draft_model_proposer.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/spec/rrs.h"
@@ -70,22 +71,25 @@ void DraftModelProposer::Begin(DraftBlock* out) {
 
 int DraftModelProposer::Draw(const float* row, int i, int max_k, DraftBlock* out) {
   const int V = draft_->config().vocab_size;
+  // The stop decision reads q before the draw: the draft's most likely token (under greedy
+  // decoding its softmax at temperature 1, else its processed q) must reach min_confidence.
+  // Deciding on the drawn token instead would keep tokens from q restricted to {q >= c}
+  // while verifying them against the whole q, which is not exact.
   int token;
-  float confidence;
   if (sampling_.greedy()) {
     token = Argmax(row, V);
     if (min_confidence_ > 0.0f) {
       Softmax(row, V, &scratch_);
-      confidence = scratch_[token];
-    } else {
-      confidence = 1.0f;
+      if (scratch_[token] < min_confidence_) return -1;
     }
   } else {
     ProcessedDistribution(row, V, sampling_, &scratch_);
+    if (min_confidence_ > 0.0f &&
+        *std::max_element(scratch_.begin(), scratch_.end()) < min_confidence_) {
+      return -1;
+    }
     token = SampleFrom(scratch_.data(), V, &rng_);
-    confidence = scratch_[token];
   }
-  if (confidence < min_confidence_) return -1;
   out->tokens.push_back(token);
   if (!sampling_.greedy()) out->probs.insert(out->probs.end(), scratch_.begin(), scratch_.end());
   // The last token of a block is never fed: its q is all verification needs.

@@ -3,8 +3,11 @@
 // params) or, under greedy decoding, its argmax. Keeps the draft's KV cache in step with the
 // committed context, rolling back rejected drafts.
 //
-// Early stop: drafting ends before a token whose own draft probability is below
-// `min_confidence` (the draft expects it to be rejected), so a block may be shorter than asked.
+// Early stop: drafting ends at a position where the draft's most likely token has probability
+// below `min_confidence` (the draft is unsure there, and its token is likely rejected), so a
+// block may be shorter than asked. The decision reads q before the token is drawn, so a kept
+// token still follows q and verification stays exact (as llama.cpp's --draft-p-min). Chains
+// only: trees ignore it.
 //
 // Trees (set_tree_branching): depth d of the tree gives each node branching[d] children, drawn
 // from the draft's distribution without replacement (greedy: its top tokens); one batched draft

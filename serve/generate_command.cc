@@ -185,7 +185,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--prompt-lookup", a->prompt_lookup,
                 "draft by n-gram match against the context (with --draft: the draft model where no n-gram matches)");
   cmd->add_option("--min-confidence", a->min_confidence,
-                  "stop a draft block before a token the draft gives less probability")
+                  "stop a draft block where the draft's most likely token has less probability (chains)")
       ->capture_default_str();
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS");
   cmd->add_flag("--json", a->json, "print one JSON object");

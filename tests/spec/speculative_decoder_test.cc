@@ -161,12 +161,39 @@ std::vector<double> ExactSequenceLaw(const LlamaModel& m, const std::vector<int>
   return law;  // index = x1 * V^(len-1) + ... + x_len
 }
 
+// The --min-confidence rule before issue 27, kept to show that the exactness test catches it:
+// the block is drawn as DraftModelProposer draws it, then cut before the first token whose own
+// q is below c. A kept token then follows q restricted to {q >= c}, verified against all of q.
+class DropsLowConfidenceTokens : public Proposer {
+ public:
+  DropsLowConfidenceTokens(Proposer* inner, float c) : inner_(inner), c_(c) {}
+  void Propose(const std::vector<int>& context, int max_k, DraftBlock* out) override {
+    inner_->Propose(context, max_k, out);
+    if (out->tokens.empty()) return;
+    const size_t V = out->probs.size() / out->tokens.size();
+    for (size_t i = 0; i < out->tokens.size(); ++i) {
+      if (out->probs[i * V + out->tokens[i]] < c_) {
+        out->tokens.resize(i);
+        out->probs.resize(i * V);
+        return;
+      }
+    }
+  }
+
+ private:
+  Proposer* inner_;
+  float c_;
+};
+
 struct ExactnessCase {
   const char* name;
   int draft_seed;  // 0: the draft is the target itself (q = p)
   bool prompt_lookup;
   bool wrong_verifier;
   bool tree = false;  // a token tree with 2 children per node, depth 2
+  float min_confidence = 0.0f;
+  bool old_confidence_rule = false;  // min_confidence applied by DropsLowConfidenceTokens
+  bool lookup_then_draft = false;    // prompt lookup, the draft model where it finds nothing
 };
 
 class SpeculativeExactness : public ::testing::TestWithParam<ExactnessCase> {};
@@ -189,17 +216,22 @@ TEST_P(SpeculativeExactness, SequenceLawEqualsTargetLaw) {
   const int len = 3, trials = 20000;
 
   std::vector<int64_t> counts(125, 0);
-  int64_t drafted = 0, accepted = 0;
+  int64_t drafted = 0, accepted = 0, steps = 0;
   for (int t = 0; t < trials; ++t) {
     GenerateOptions g;
     g.max_tokens = len;
     g.stop_at_eos = false;
     g.sampling = sp;
     g.sampling.seed = 1000 + t;
-    DraftModelProposer model(draft, g.sampling);
+    DraftModelProposer model(draft, g.sampling, c.old_confidence_rule ? 0.0f : c.min_confidence);
     if (c.tree) model.set_tree_branching({2, 2});
     PromptLookupProposer lookup(5, false, 1, 2);
-    Proposer* p = c.prompt_lookup ? static_cast<Proposer*>(&lookup) : &model;
+    FallbackProposer lookup_then_draft(&lookup, &model);
+    DropsLowConfidenceTokens old_rule(&model, c.min_confidence);
+    Proposer* p = &model;
+    if (c.prompt_lookup) p = &lookup;
+    if (c.lookup_then_draft) p = &lookup_then_draft;
+    if (c.old_confidence_rule) p = &old_rule;
     SpeculativeDecoder dec(target.get(), p, prompt, g);
     if (c.wrong_verifier && !c.tree) dec.set_verifier_for_testing(&AcceptWithQOverP);
     if (c.wrong_verifier && c.tree) dec.set_multi_draft_verifier_for_testing(&NoResidualUpdate);
@@ -212,15 +244,23 @@ TEST_P(SpeculativeExactness, SequenceLawEqualsTargetLaw) {
     counts[out[0] * 25 + out[1] * 5 + out[2]]++;
     drafted += dec.stats().drafted;
     accepted += dec.stats().accepted;
+    steps += dec.stats().steps;
   }
   const auto result = GTest(counts, ExactSequenceLaw(*target, prompt, len, sp));
-  if (c.wrong_verifier) {
+  if (c.wrong_verifier || c.old_confidence_rule) {
     EXPECT_TRUE(result.impossible || result.p_value < kSignificance) << result.ToString();
   } else {
     EXPECT_GE(result.p_value, kSignificance) << result.ToString();
   }
   // The case exercised what it claims to.
-  EXPECT_GT(drafted, trials);
+  // Early stops happened: fewer than one draft token per step, against about two without a
+  // threshold (k = 2).
+  if (c.min_confidence > 0) {
+    EXPECT_LT(drafted, steps);
+    EXPECT_GT(drafted, trials / 2);
+  } else {
+    EXPECT_GT(drafted, trials);
+  }
   if (c.draft_seed == 0 && !c.prompt_lookup && !c.tree) {
     EXPECT_EQ(accepted, drafted);  // q = p: every draft token is accepted
   } else {
@@ -237,7 +277,12 @@ INSTANTIATE_TEST_SUITE_P(
                       ExactnessCase{"WrongVerifierIsCaught", 202, false, true},
                       ExactnessCase{"Tree", 202, false, false, true},
                       ExactnessCase{"TreeDraftIsTarget", 0, false, false, true},
-                      ExactnessCase{"WrongTreeVerifierIsCaught", 202, false, true, true}),
+                      ExactnessCase{"WrongTreeVerifierIsCaught", 202, false, true, true},
+                      ExactnessCase{"MinConfidence", 202, false, false, false, 0.5f},
+                      ExactnessCase{"OldMinConfidenceRuleIsCaught", 202, false, false, false,
+                                    0.5f, true},
+                      ExactnessCase{"PromptLookupThenDraft", 202, false, false, false, 0.0f,
+                                    false, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(SpeculativeDecoder, StatsAddUp) {
