@@ -9,8 +9,6 @@ namespace specloop {
 
 namespace {
 
-constexpr double kLn2 = 0.69314718055994530942;
-
 bool PositiveFinite(double v) { return std::isfinite(v) && v > 0.0; }
 
 }  // namespace
@@ -21,7 +19,7 @@ std::string DriftOptions::Validate() const {
   if (long_half_life < short_half_life) return "long_half_life must be >= short_half_life";
   if (!(std::isfinite(slack) && slack >= 0.0)) return "slack must be >= 0";
   if (!PositiveFinite(threshold)) return "threshold must be > 0";
-  if (!(std::isfinite(warmup_weight) && warmup_weight >= 0.0)) return "warmup_weight must be >= 0";
+  if (!(std::isfinite(warmup_tokens) && warmup_tokens >= 0.0)) return "warmup_tokens must be >= 0";
   return "";
 }
 
@@ -34,58 +32,70 @@ const char* DriftDirectionName(DriftDirection d) {
   return "none";
 }
 
-AcceptanceDrift::AcceptanceDrift(const DriftOptions& options) : options_(options) {
-  const std::string err = options_.Validate();
+namespace {
+const DriftOptions& Checked(const DriftOptions& options) {
+  const std::string err = options.Validate();
   if (!err.empty()) {
     std::fprintf(stderr, "specloop AcceptanceDrift: %s\n", err.c_str());
     std::abort();
   }
+  return options;
+}
+}  // namespace
+
+// No prior: the first step is the estimate.
+AcceptanceDrift::AcceptanceDrift(const DriftOptions& options)
+    : options_(Checked(options)),
+      short_(0.0, 0.0, options.short_half_life),
+      long_(0.0, 0.0, options.long_half_life),
+      optimal_(0.0, 0.0, options.long_half_life),
+      length_decay_(std::pow(0.5, 1.0 / options.long_half_life)) {}
+
+void AcceptanceDrift::ObserveOptimal(double expected, int positions) {
+  if (positions > 0 && std::isfinite(expected)) optimal_.ObserveExpected(expected, positions);
 }
 
-double AcceptanceDrift::short_alpha() const { return short_.value(); }
-double AcceptanceDrift::long_alpha() const { return long_.value(); }
+double AcceptanceDrift::short_alpha() const { return short_.alpha(); }
+double AcceptanceDrift::long_alpha() const { return long_.alpha(); }
 
-DriftDirection AcceptanceDrift::Observe(double x, double weight) {
-  if (!(x >= 0.0 && x <= 1.0) || !PositiveFinite(weight)) return DriftDirection::kNone;
+DriftDirection AcceptanceDrift::Observe(int drafted, int accepted) {
+  if (drafted <= 0 || accepted < 0 || accepted > drafted) return DriftDirection::kNone;
   ++observations_;
-  const double reference = long_.value();      // before this observation
-  const double mean_weight = weight_.value();  // likewise
-  const bool detect = total_weight_ >= options_.warmup_weight && long_.norm > 0.0;
-
-  // 1 - 2^(-w/h) through expm1: accurate even when w/h is tiny (long half-lives).
-  const double short_gain = -std::expm1(-kLn2 * weight / options_.short_half_life);
-  const double long_gain = -std::expm1(-kLn2 * weight / options_.long_half_life);
-  short_.Add(1.0 - short_gain, short_gain, x);
-  long_.Add(1.0 - long_gain, long_gain, x);
-  weight_.Add(1.0 - long_gain, long_gain, weight);
-  total_weight_ += weight;
+  const double s = accepted, t = accepted + (accepted < drafted ? 1 : 0);
+  const double reference = long_.alpha();  // before this step
+  const bool detect = tested_tokens_ >= options_.warmup_tokens;
+  short_.Observe(drafted, accepted);
+  long_.Observe(drafted, accepted);
+  length_sum_ = length_sum_ * length_decay_ + 1.0 + accepted;
+  length_norm_ = length_norm_ * length_decay_ + 1.0;
+  tested_tokens_ += t;
   if (!detect) return DriftDirection::kNone;
 
-  const double d = (weight / mean_weight) * (x - reference);
-  up_ += d - options_.slack;
+  const double d = s - reference * t;
+  up_ += d - options_.slack * t;
   if (up_ <= 0.0) {
-    up_ = up_x_ = up_w_ = 0.0;
+    up_ = up_s_ = up_t_ = 0.0;
   } else {
-    up_x_ += weight * x;
-    up_w_ += weight;
+    up_s_ += s;
+    up_t_ += t;
   }
-  down_ += -d - options_.slack;
+  down_ += -d - options_.slack * t;
   if (down_ <= 0.0) {
-    down_ = down_x_ = down_w_ = 0.0;
+    down_ = down_s_ = down_t_ = 0.0;
   } else {
-    down_x_ += weight * x;
-    down_w_ += weight;
+    down_s_ += s;
+    down_t_ += t;
   }
 
   DriftDirection dir = DriftDirection::kNone;
   double after = 0.0;
   if (up_ > options_.threshold) {
     dir = DriftDirection::kUp;
-    after = up_x_ / up_w_;
+    after = up_s_ / up_t_;
     ++up_events_;
   } else if (down_ > options_.threshold) {
     dir = DriftDirection::kDown;
-    after = down_x_ / down_w_;
+    after = down_s_ / down_t_;
     ++down_events_;
   } else {
     return DriftDirection::kNone;
@@ -93,7 +103,7 @@ DriftDirection AcceptanceDrift::Observe(double x, double weight) {
   last_event_ = DriftEvent{dir, observations_, reference, after};
   short_.Rebase(after);
   long_.Rebase(after);
-  up_ = down_ = up_x_ = up_w_ = down_x_ = down_w_ = 0.0;
+  up_ = down_ = up_s_ = up_t_ = down_s_ = down_t_ = 0.0;
   return dir;
 }
 
@@ -108,9 +118,7 @@ DomainDrift::DomainDrift(const DriftOptions& options, size_t max_domains,
   }
 }
 
-DriftDirection DomainDrift::Observe(const std::string& domain, double x, double weight,
-                                    std::string* resolved) {
-  std::lock_guard<std::mutex> lock(mu_);
+AcceptanceDrift& DomainDrift::Find(const std::string& domain, std::string* resolved) {
   auto it = domains_.find(domain);
   if (it == domains_.end()) {
     // The overflow domain never counts against the cap.
@@ -123,7 +131,18 @@ DriftDirection DomainDrift::Observe(const std::string& domain, double x, double 
     }
   }
   if (resolved != nullptr) *resolved = it->first;
-  return it->second->Observe(x, weight);
+  return *it->second;
+}
+
+DriftDirection DomainDrift::Observe(const std::string& domain, int drafted, int accepted,
+                                    std::string* resolved) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Find(domain, resolved).Observe(drafted, accepted);
+}
+
+void DomainDrift::ObserveOptimal(const std::string& domain, double expected, int positions) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Find(domain, nullptr).ObserveOptimal(expected, positions);
 }
 
 std::vector<DomainDrift::Reading> DomainDrift::Snapshot() const {
@@ -132,8 +151,8 @@ std::vector<DomainDrift::Reading> DomainDrift::Snapshot() const {
   out.reserve(domains_.size());
   for (const auto& [domain, d] : domains_) {
     out.push_back(Reading{domain, d->short_alpha(), d->long_alpha(), d->drift(),
-                          d->observations(), d->up_events(), d->down_events(),
-                          d->last_event()});
+                          d->mean_acceptance_length(), d->optimal_alpha(), d->observations(),
+                          d->up_events(), d->down_events(), d->last_event()});
   }
   return out;
 }

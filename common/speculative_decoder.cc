@@ -5,6 +5,8 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include "common/spec/acceptance.h"
+#include "common/spec/optimal_acceptance.h"
 #include "common/spec/rrs.h"
 
 
@@ -18,6 +20,8 @@ void SpeculativeStats::Add(const SpeculativeStats& o) {
   accepted += o.accepted;
   emitted += o.emitted;
   k_sum += o.k_sum;
+  optimal += o.optimal;
+  optimal_positions += o.optimal_positions;
   if (accepted_at.size() < o.accepted_at.size()) accepted_at.resize(o.accepted_at.size());
   for (size_t i = 0; i < o.accepted_at.size(); ++i) accepted_at[i] += o.accepted_at[i];
 }
@@ -125,6 +129,17 @@ void SpeculativeDecoder::VerifyTree(const at::Tensor& logits, spec::ChainOutcome
         accepted = m.accepted_index;
       }
     }
+    if (!children.empty()) {
+      if (options_.sampling.greedy()) {
+        last_optimal_.expected += accepted >= 0 ? 1.0 : 0.0;
+        last_optimal_.positions++;
+      } else if (drafts.size() <= 2) {
+        const float* q = draft_.probs.data() + static_cast<size_t>(node + 1) * V;
+        last_optimal_.expected +=
+            spec::OptimalAcceptanceWithoutReplacement(drafts.size(), V, p.data(), q);
+        last_optimal_.positions++;
+      }
+    }
     outcome->tokens.push_back(token);
     if (accepted < 0) return;
     node = children[accepted];
@@ -139,6 +154,7 @@ std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
   const int k = static_cast<int>(draft_.tokens.size());
   spec::ChainOutcome outcome;
   const size_t before = tokens_.size();
+  last_optimal_ = OptimalAcceptance();
   if (draft_.is_tree()) {
     // Keep the catch-up tokens and the accepted path in the cache, in order.
     std::vector<int> path;
@@ -168,6 +184,18 @@ std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
     s = verifier_(k, V, draft_.tokens.data(), draft_.probs.data(), p_.data(), &rng_, &outcome);
   }
   TORCH_CHECK(s.ok(), "verification failed: ", s.ToString());
+  if (k > 0) {
+    const int tested = outcome.num_accepted + (outcome.num_accepted < k ? 1 : 0);
+    last_optimal_.positions = tested;
+    if (options_.sampling.greedy()) {
+      last_optimal_.expected = outcome.num_accepted;  // one-hot p and q: min sums to agreement
+    } else {
+      for (int i = 0; i < tested; ++i) {
+        last_optimal_.expected += spec::AcceptanceRate(
+            p_.data() + static_cast<size_t>(i) * V, draft_.probs.data() + static_cast<size_t>(i) * V, V);
+      }
+    }
+  }
 
   // What the target's cache now holds: the catch-up tokens and the whole draft block.
   cached_.insert(cached_.end(), tokens_.begin() + cached_.size(), tokens_.end());
@@ -183,6 +211,8 @@ std::vector<int> SpeculativeDecoder::Emit(const spec::ChainOutcome& outcome, int
   stats_.accepted += outcome.num_accepted;
   stats_.emitted += outcome.tokens.size();
   stats_.k_sum += last_k_;
+  stats_.optimal += last_optimal_.expected;
+  stats_.optimal_positions += last_optimal_.positions;
   if (stats_.accepted_at.size() < static_cast<size_t>(outcome.num_accepted)) {
     stats_.accepted_at.resize(outcome.num_accepted);
   }

@@ -32,6 +32,10 @@ struct SpeculativeStats {
   int64_t emitted = 0;   // tokens emitted by the steps (accepted + one per step, before cuts)
   int64_t k_sum = 0;     // sum of the k asked for, for the mean
   std::vector<int64_t> accepted_at;  // [i]: steps whose draft token i was accepted
+  // alpha* (common/spec/optimal_acceptance.h) over the positions verification tested: the
+  // optimal verifier's expected acceptances summed, and the positions (see last_optimal()).
+  double optimal = 0.0;
+  int64_t optimal_positions = 0;
 
   double acceptance_rate() const { return drafted ? double(accepted) / drafted : 0.0; }
   // Mean tokens per target forward: 1 + mean accepted per step (vLLM's acceptance length).
@@ -56,6 +60,19 @@ class SpeculativeDecoder {
   const DraftBlock& draft() const { return draft_; }
   // Draft tokens accepted by the last Commit().
   int last_accepted() const { return last_accepted_; }
+  // alpha* of the last Commit(): for each position verification tested (a chain's accepted
+  // positions and its first rejection; a tree's nodes on the accepted path that had children),
+  // what the optimal verifier would accept in expectation for the drafts proposed there, summed
+  // into `expected` over `positions`. A chain position is sum min(p, q), equal to the
+  // verifier's own expectation; a tree node of n <= 2 children is
+  // OptimalAcceptanceWithoutReplacement (tree nodes of more children cost vocab^(n-1) and are
+  // left out). Greedy: 1 where the target's argmax is among the drafts, else 0. Cost: one pass
+  // over the vocabulary per chain position, one sort per tree node.
+  struct OptimalAcceptance {
+    double expected = 0.0;
+    int positions = 0;
+  };
+  const OptimalAcceptance& last_optimal() const { return last_optimal_; }
 
   // The random verifier (default spec::VerifyChain). Tests swap in a wrong one to show that
   // their statistics catch it.
@@ -110,6 +127,7 @@ class SpeculativeDecoder {
   SpeculativeStats stats_;
   int last_k_ = 0;
   int last_accepted_ = 0;
+  OptimalAcceptance last_optimal_;
   ChainVerifier verifier_;
   MultiDraftVerifier multi_verifier_;
 };

@@ -103,8 +103,7 @@ void DraftSwapper::ObserveAcceptance(uint64_t version, const std::string& domain
                                      int accepted) {
   std::lock_guard<std::mutex> lock(mu_);
   Live& l = live_[version][domain];
-  l.successes += accepted;
-  l.failures += accepted < drafted ? 1 : 0;
+  l.alpha.Observe(drafted, accepted);
   l.steps++;
 }
 
@@ -125,8 +124,8 @@ void DraftSwapper::MaybeRollBack() {
           it->second.steps < options_.rollback_min_steps) {
         continue;
       }
-      now_alpha += now.steps * now.alpha();
-      before_alpha += now.steps * it->second.alpha();
+      now_alpha += now.steps * now.alpha.alpha();
+      before_alpha += now.steps * it->second.alpha.alpha();
       weight += now.steps;
     }
     if (weight == 0) return;

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@
 
 #include "common/draft_channel.h"
 #include "common/llama_model.h"
+#include "common/spec/acceptance_estimator.h"
 #include "serve/draft_swap_hook.h"
 #include "serve/serving_metrics.h"
 
@@ -80,11 +82,11 @@ class DraftSwapper : public DraftSwapHook {
   void MaybeRollBack();
   void Refuse(uint64_t version, const std::string& reason, const Status& why);
 
-  // Live acceptance of one version: geometric successes and failures, and steps.
+  // Live acceptance of one version on one domain: the per-token estimator (no prior, no
+  // decay: the version's whole traffic since it was installed), and its steps.
   struct Live {
-    double successes = 0, failures = 0;
+    spec::AcceptanceEstimator alpha{0.0, 0.0, std::numeric_limits<double>::infinity()};
     int64_t steps = 0;
-    double alpha() const { return successes + failures > 0 ? successes / (successes + failures) : 0; }
   };
 
   const DraftSwapperOptions options_;

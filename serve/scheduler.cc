@@ -294,8 +294,10 @@ void Scheduler::Step() {
                                 mine.narrow(0, seq->rows - (drafted + 1), drafted + 1));
       }
       verify_s += SecondsSince(l0);
+      const SpeculativeDecoder::OptimalAcceptance& optimal = seq->decoder->last_optimal();
       metrics_->ObserveStep(seq->series, seq->k, drafted, accepted,
-                            static_cast<int>(emitted.size()));
+                            static_cast<int>(emitted.size()), optimal.expected,
+                            optimal.positions);
       if (swap_hook_ && drafted > 0) {
         swap_hook_->ObserveAcceptance(draft_version_, seq->series->label, drafted, accepted);
       }

@@ -81,8 +81,15 @@ Status ServingMetrics::Register() {
             metrics::ExponentialBuckets(1e-5, 2, 20), &forward_);
   histogram("specloop_batch_size", "Sequences per target forward.", {}, 1,
             metrics::ExponentialBuckets(1, 2, 9), &batch_size_);
-  gauge("specloop_acceptance_rate", "Draft acceptance rate over a short and a long window.",
+  gauge("specloop_acceptance_rate",
+        "Per-token draft acceptance rate (independent of k) over a short and a long window.",
         {"domain", "window"}, d * 2, &alpha_);
+  gauge("specloop_optimal_acceptance_rate",
+        "Acceptance rate the optimal verifier would reach on the drafts proposed (long window).",
+        {"domain"}, d, &optimal_alpha_);
+  gauge("specloop_mean_acceptance_length",
+        "Tokens per speculative step, 1 + accepted (long window).", {"domain"}, d,
+        &acceptance_length_);
   gauge("specloop_acceptance_drift", "Short-window minus long-window acceptance rate.",
         {"domain"}, d, &drift_gauge_);
   gauge("specloop_speculation_length", "Speculation length (k) last chosen.", {"domain"}, d,
@@ -138,7 +145,7 @@ ServingMetrics::DomainSeries* ServingMetrics::ForDomain(const std::string& label
 }
 
 void ServingMetrics::ObserveStep(DomainSeries* d, int k, int drafted, int accepted,
-                                 int emitted) {
+                                 int emitted, double optimal, int optimal_positions) {
   d->steps->Increment();
   d->draft_tokens->Increment(drafted);
   d->accepted_tokens->Increment(accepted);
@@ -149,7 +156,8 @@ void ServingMetrics::ObserveStep(DomainSeries* d, int k, int drafted, int accept
   d->tokens_per_step->Observe(emitted);
   d->speculation_length->Set(k);
   if (drafted > 0) {
-    const DriftDirection e = drift_.Observe(d->label, double(accepted) / drafted, drafted);
+    drift_.ObserveOptimal(d->label, optimal, optimal_positions);
+    const DriftDirection e = drift_.Observe(d->label, drafted, accepted);
     if (e != DriftDirection::kNone) {
       drift_events_->Add({{"domain", d->label}, {"direction", DriftDirectionName(e)}})
           .Increment();
@@ -201,6 +209,8 @@ std::string ServingMetrics::Render(const ReplayLogger* logger,
     alpha_->Add({{"domain", r.domain}, {"window", "short"}}).Set(r.short_alpha);
     alpha_->Add({{"domain", r.domain}, {"window", "long"}}).Set(r.long_alpha);
     drift_gauge_->Add({{"domain", r.domain}}).Set(r.drift);
+    acceptance_length_->Add({{"domain", r.domain}}).Set(r.mean_acceptance_length);
+    if (r.optimal_alpha >= 0) optimal_alpha_->Add({{"domain", r.domain}}).Set(r.optimal_alpha);
   }
   if (logger) {
     const LoggerStats& st = logger->stats();

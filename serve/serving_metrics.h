@@ -58,8 +58,11 @@ class ServingMetrics {
   DomainSeries* ForDomain(const std::string& label);
 
   // One verification step of a sequence: `k` asked, `drafted` proposed, `accepted` of them
-  // accepted, `emitted` tokens out. Feeds the drift detector when drafted > 0.
-  void ObserveStep(DomainSeries* d, int k, int drafted, int accepted, int emitted);
+  // accepted, `emitted` tokens out; alpha* of the step (SpeculativeDecoder::last_optimal()):
+  // `optimal` expected acceptances over `optimal_positions` tested positions. Feeds the
+  // acceptance windows and the drift detector when drafted > 0.
+  void ObserveStep(DomainSeries* d, int k, int drafted, int accepted, int emitted,
+                   double optimal = 0.0, int optimal_positions = 0);
   // A request ended: finish_reason "stop", "length", "cancelled" or "error".
   void ObserveRequest(DomainSeries* d, const std::string& finish_reason, double seconds,
                       double ttft_seconds, int prompt_tokens);
@@ -96,7 +99,8 @@ class ServingMetrics {
       *rollbacks_, *records_written_, *records_dropped_, *scheduler_errors_;
   metrics::Family<metrics::Histogram>*duration_, *ttft_, *tokens_per_step_, *forward_,
       *batch_size_;
-  metrics::Family<metrics::Gauge>*alpha_, *drift_gauge_, *spec_length_, *draft_version_,
+  metrics::Family<metrics::Gauge>*alpha_, *optimal_alpha_, *acceptance_length_, *drift_gauge_,
+      *spec_length_, *draft_version_,
       *active_, *waiting_, *buffer_bytes_, *buffer_memory_;
 
   std::mutex mu_;

@@ -16,8 +16,21 @@ AcceptanceEstimator::AcceptanceEstimator(double prior_alpha, double prior_weight
 void AcceptanceEstimator::Observe(int drafted, int accepted) {
   if (drafted <= 0) return;
   accepted = std::clamp(accepted, 0, drafted);
-  successes_ = successes_ * decay_ + accepted;
-  failures_ = failures_ * decay_ + (accepted < drafted ? 1.0 : 0.0);
+  ObserveExpected(accepted, accepted + (accepted < drafted ? 1.0 : 0.0));
+}
+
+void AcceptanceEstimator::ObserveExpected(double successes, double tested) {
+  if (!(tested > 0)) return;
+  successes = std::clamp(successes, 0.0, tested);
+  successes_ = successes_ * decay_ + successes;
+  failures_ = failures_ * decay_ + (tested - successes);
+}
+
+void AcceptanceEstimator::Rebase(double alpha) {
+  const double total = successes_ + failures_;
+  const double a = std::clamp(alpha, 0.0, 1.0);
+  successes_ = a * total;
+  failures_ = total - successes_;
 }
 
 double AcceptanceEstimator::alpha() const {

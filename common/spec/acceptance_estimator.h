@@ -1,6 +1,7 @@
 // AcceptanceEstimator: the per-token acceptance rate alpha of chain speculation, estimated from
 // verification steps (DESIGN.md section 4). One implementation for every reader of alpha: the
-// speculation policy (one estimator per domain and draft version).
+// speculation policy (one estimator per domain and draft version), the rollback of a new draft
+// version, and the exported acceptance windows and drift detector.
 //
 // A step that drafted k tokens and accepted the first a of them saw a successes and, when
 // a < k, one failure; positions after the first rejection were never tested, so they count
@@ -24,10 +25,17 @@ class AcceptanceEstimator {
   // One verification step: `drafted` tokens proposed, the first `accepted` of them accepted.
   // Steps that drafted nothing are ignored.
   void Observe(int drafted, int accepted);
+  // One step of `tested` positions worth `successes` acceptances, which may be an expectation
+  // (alpha* of common/spec/optimal_acceptance.h). Observe(d, a) is ObserveExpected(a, a + (a <
+  // d)). Steps with tested <= 0 are ignored; successes is clamped to [0, tested].
+  void ObserveExpected(double successes, double tested);
   // The current estimate (the prior before any step, and while both counts are 0).
   double alpha() const;
   // Decayed tested tokens behind alpha(), the prior's included.
   double weight() const { return successes_ + failures_; }
+  // Sets the estimate to `alpha` (clamped to [0, 1]), keeping its weight: a change detector
+  // re-baselines on the level it found (common/acceptance_drift.h).
+  void Rebase(double alpha);
 
  private:
   double prior_alpha_;

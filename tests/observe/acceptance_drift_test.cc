@@ -1,6 +1,6 @@
-// Tests of common/acceptance_drift: EWMA closed forms, step changes detected within a bound,
-// no false alarm on stationary streams (and a mis-tuned detector that does false-alarm), the
-// bounded domain map.
+// Tests of common/acceptance_drift: window closed forms, step changes detected within a bound,
+// no false alarm on stationary streams (and a mis-tuned detector that does false-alarm), no
+// reading or event moved by a change of k alone, the bounded domain map.
 #include "common/acceptance_drift.h"
 
 #include <gtest/gtest.h>
@@ -24,7 +24,7 @@ DriftOptions NoDetection(double short_half_life, double long_half_life) {
   return o;
 }
 
-// Bias-corrected EWMA over unit-weight observations, straight from the definition.
+// The windows over one-token steps (tested tokens x_i), straight from the definition.
 double ClosedForm(const std::vector<double>& xs, double half_life) {
   const double r = std::pow(2.0, -1.0 / half_life);
   double num = 0.0, den = 0.0;
@@ -37,73 +37,75 @@ double ClosedForm(const std::vector<double>& xs, double half_life) {
   return num / den;
 }
 
-// One speculative step with `k` drafted tokens, each accepted with probability `p` until the
-// first rejection: returns accepted / drafted.
-double Step(Rng* rng, double p, int k) {
+// One speculative step of `k` drafted tokens, each accepted with probability `p` until the
+// first rejection: returns the accepted count.
+int Step(Rng* rng, double p, int k) {
   int a = 0;
   while (a < k && rng->Uniform() < p) ++a;
-  return static_cast<double>(a) / k;
+  return a;
 }
 
-double Bernoulli(Rng* rng, double p) { return rng->Uniform() < p ? 1.0 : 0.0; }
+// A one-token step: accepted (1) with probability p.
+int Bernoulli(Rng* rng, double p) { return rng->Uniform() < p ? 1 : 0; }
 
-TEST(AcceptanceDriftTest, EwmaMatchesClosedForm) {
+TEST(AcceptanceDriftTest, WindowsMatchClosedForm) {
   AcceptanceDrift d(NoDetection(4, 64));
   EXPECT_EQ(d.short_alpha(), 0.0);
   EXPECT_EQ(d.long_alpha(), 0.0);
   std::vector<double> xs;
   Rng rng(7);
   for (int i = 0; i < 300; ++i) {
-    const double x = i < 100 ? 0.8 : (i < 200 ? 0.3 : rng.Uniform());
+    const int x = Bernoulli(&rng, i < 100 ? 0.8 : (i < 200 ? 0.3 : 0.6));
     xs.push_back(x);
-    d.Observe(x, 1.0);
+    d.Observe(1, x);
     ASSERT_NEAR(d.short_alpha(), ClosedForm(xs, 4), 1e-12) << i;
     ASSERT_NEAR(d.long_alpha(), ClosedForm(xs, 64), 1e-12) << i;
     ASSERT_NEAR(d.drift(), ClosedForm(xs, 4) - ClosedForm(xs, 64), 1e-12) << i;
+    ASSERT_NEAR(d.mean_acceptance_length(), 1.0 + ClosedForm(xs, 64), 1e-12) << i;
   }
   EXPECT_EQ(d.observations(), 300u);
   EXPECT_EQ(d.up_events() + d.down_events(), 0u);
 
-  // Simple sequences by hand: the first observation is the estimate (bias correction); after
-  // one half-life of a new constant value on top of a settled old one, the estimate is
-  // halfway (up to the vanishing weight of the start).
+  // By hand: the first step is the estimate (no prior); after one half-life of failures on
+  // top of a settled run of successes, the estimate is halfway.
   AcceptanceDrift e(NoDetection(10, 10));
-  e.Observe(0.6, 1.0);
-  EXPECT_DOUBLE_EQ(e.short_alpha(), 0.6);
-  for (int i = 0; i < 1000; ++i) e.Observe(1.0, 1.0);
-  for (int i = 0; i < 10; ++i) e.Observe(0.0, 1.0);
+  e.Observe(4, 2);  // 2 successes, 1 failure
+  EXPECT_DOUBLE_EQ(e.short_alpha(), 2.0 / 3);
+  EXPECT_DOUBLE_EQ(e.mean_acceptance_length(), 3.0);
+  for (int i = 0; i < 1000; ++i) e.Observe(1, 1);
+  for (int i = 0; i < 10; ++i) e.Observe(1, 0);
   EXPECT_NEAR(e.short_alpha(), 0.5, 1e-12);
 }
 
-TEST(AcceptanceDriftTest, WeightIsTokenCount) {
-  // One observation of weight 3 equals three of weight 1 with the same value.
-  AcceptanceDrift a(NoDetection(5, 50)), b(NoDetection(5, 50));
-  const double xs[] = {0.25, 1.0, 0.5, 0.75, 0.0};
-  for (double x : xs) {
-    a.Observe(x, 3.0);
-    for (int i = 0; i < 3; ++i) b.Observe(x, 1.0);
-  }
-  EXPECT_NEAR(a.short_alpha(), b.short_alpha(), 1e-12);
-  EXPECT_NEAR(a.long_alpha(), b.long_alpha(), 1e-12);
-  EXPECT_EQ(a.total_weight(), 15.0);
-  // With half-lives much longer than the data, the average is sum(accepted) / sum(drafted).
+TEST(AcceptanceDriftTest, CountsTestedTokens) {
+  // A step of k tokens with a accepted tests a tokens and, when a < k, one more; tokens after
+  // the first rejection count neither way. With half-lives far longer than the data the
+  // windows are sum(accepted) / sum(tested).
   AcceptanceDrift c(NoDetection(1e12, 1e12));
-  c.Observe(3.0 / 4, 4);
-  c.Observe(0.0 / 2, 2);
-  c.Observe(2.0 / 2, 2);
-  EXPECT_NEAR(c.long_alpha(), 5.0 / 8, 1e-9);
+  c.Observe(4, 3);  // 3 of 4 tested
+  c.Observe(2, 0);  // 0 of 1
+  c.Observe(2, 2);  // 2 of 2
+  EXPECT_NEAR(c.long_alpha(), 5.0 / 7, 1e-9);
+  EXPECT_NEAR(c.mean_acceptance_length(), 1.0 + 5.0 / 3, 1e-9);
+  EXPECT_EQ(c.tested_tokens(), 7.0);
+  // alpha*: expected acceptances over positions, on its own window.
+  EXPECT_LT(c.optimal_alpha(), 0.0);
+  c.ObserveOptimal(2.5, 4);
+  c.ObserveOptimal(0.5, 1);
+  EXPECT_NEAR(c.optimal_alpha(), 3.0 / 5, 1e-9);
 }
 
 TEST(AcceptanceDriftTest, InvalidObservationsIgnored) {
   AcceptanceDrift d;
-  EXPECT_EQ(d.Observe(std::nan(""), 1), DriftDirection::kNone);
-  EXPECT_EQ(d.Observe(1.5, 1), DriftDirection::kNone);
-  EXPECT_EQ(d.Observe(-0.1, 1), DriftDirection::kNone);
-  EXPECT_EQ(d.Observe(0.5, 0), DriftDirection::kNone);
-  EXPECT_EQ(d.Observe(0.5, -1), DriftDirection::kNone);
-  EXPECT_EQ(d.Observe(0.5, INFINITY), DriftDirection::kNone);
+  EXPECT_EQ(d.Observe(0, 0), DriftDirection::kNone);
+  EXPECT_EQ(d.Observe(-1, 0), DriftDirection::kNone);
+  EXPECT_EQ(d.Observe(2, 3), DriftDirection::kNone);
+  EXPECT_EQ(d.Observe(2, -1), DriftDirection::kNone);
+  d.ObserveOptimal(1.0, 0);
+  d.ObserveOptimal(NAN, 2);
   EXPECT_EQ(d.observations(), 0u);
   EXPECT_EQ(d.long_alpha(), 0.0);
+  EXPECT_LT(d.optimal_alpha(), 0.0);
 }
 
 TEST(AcceptanceDriftTest, OptionsValidate) {
@@ -127,7 +129,7 @@ TEST(AcceptanceDriftTest, OptionsValidate) {
 // none) and stores its direction.
 int FeedBernoulli(AcceptanceDrift* d, Rng* rng, double p, int n, DriftDirection* dir) {
   for (int i = 1; i <= n; ++i) {
-    const DriftDirection e = d->Observe(Bernoulli(rng, p), 1.0);
+    const DriftDirection e = d->Observe(1, Bernoulli(rng, p));
     if (e != DriftDirection::kNone) {
       *dir = e;
       return i;
@@ -178,26 +180,26 @@ TEST(AcceptanceDriftTest, StepUpRaisesUpEvent) {
   EXPECT_EQ(d.down_events(), 0u);
 }
 
-// Per-step observations (k = 4 drafted, weight 4) as the serving code produces them.
+// Steps of k = 4 drafted tokens, as the serving code produces them.
 TEST(AcceptanceDriftTest, StepChangeOnSpeculativeSteps) {
   AcceptanceDrift d;
   Rng rng(5);
   for (int i = 0; i < 1000; ++i) {
-    ASSERT_EQ(d.Observe(Step(&rng, 0.85, 4), 4), DriftDirection::kNone) << i;
+    ASSERT_EQ(d.Observe(4, Step(&rng, 0.85, 4)), DriftDirection::kNone) << i;
   }
   int at = 0;
   for (int i = 1; i <= 1000 && at == 0; ++i) {
-    if (d.Observe(Step(&rng, 0.4, 4), 4) == DriftDirection::kDown) at = i;
+    if (d.Observe(4, Step(&rng, 0.4, 4)) == DriftDirection::kDown) at = i;
   }
   EXPECT_GT(at, 0);
   EXPECT_LE(at, 100);
   EXPECT_EQ(d.up_events(), 0u);
 }
 
-// Stationary streams, 10k observations, fixed seeds: no event. Reasoning (see the header):
-// Var(x) <= 1/4 for x in [0, 1], and Siegmund's approximation puts the in-control run length
-// of each one-sided CUSUM at ~1.8e6 observations in the worst case (alpha 0.5, single-token
-// steps), so P(event in 10k) ~ 1% there and far less at alpha 0.8 or for multi-token steps.
+// Stationary streams, 10k steps, fixed seeds: no event. Reasoning (see the header): a tested
+// token's variance is <= 1/4, and Siegmund's approximation puts the in-control run length of
+// each one-sided CUSUM at ~1.8e6 tested tokens in the worst case (alpha 0.5), so P(event in
+// 10k) ~ 1% there and far less at alpha 0.8.
 TEST(AcceptanceDriftTest, NoEventOnStationaryStreams) {
   for (double p : {0.5, 0.8, 0.95}) {
     AcceptanceDrift d;
@@ -210,7 +212,7 @@ TEST(AcceptanceDriftTest, NoEventOnStationaryStreams) {
   for (double p : {0.5, 0.8}) {
     AcceptanceDrift d;
     Rng rng(43);
-    for (int i = 0; i < 10000; ++i) d.Observe(Step(&rng, p, 4), 4);
+    for (int i = 0; i < 10000; ++i) d.Observe(4, Step(&rng, p, 4));
     EXPECT_EQ(d.up_events() + d.down_events(), 0u) << "steps p=" << p;
   }
 }
@@ -225,44 +227,87 @@ TEST(AcceptanceDriftTest, MisTunedDetectorFalseAlarms) {
   Rng rng(42);
   DriftDirection dir = DriftDirection::kNone;
   EXPECT_GT(FeedBernoulli(&d, &rng, 0.8, 10000, &dir), 0);
-  for (int i = 0; i < 10000; ++i) d.Observe(Bernoulli(&rng, 0.8), 1.0);
+  for (int i = 0; i < 10000; ++i) d.Observe(1, Bernoulli(&rng, 0.8));
   EXPECT_GT(d.up_events() + d.down_events(), 100u);
 }
 
 TEST(AcceptanceDriftTest, NoDetectionDuringWarmup) {
   DriftOptions o;
-  o.warmup_weight = 200;
+  o.warmup_tokens = 200;
   AcceptanceDrift d(o);
-  for (int i = 0; i < 100; ++i) d.Observe(1.0, 1);
-  // Observations 101..200 start with under 200 weight seen: no detection.
-  for (int i = 0; i < 100; ++i) ASSERT_EQ(d.Observe(0.0, 1), DriftDirection::kNone) << i;
+  for (int i = 0; i < 100; ++i) d.Observe(1, 1);
+  // Steps 101..200 start with under 200 tested tokens seen: no detection.
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(d.Observe(1, 0), DriftDirection::kNone) << i;
   EXPECT_EQ(d.cusum_down(), 0.0);
   // The warm-up is over: the changed stream (reference ~0.5, now 0) triggers quickly.
   bool fired = false;
-  for (int i = 0; i < 100 && !fired; ++i) fired = d.Observe(0.0, 1) == DriftDirection::kDown;
+  for (int i = 0; i < 100 && !fired; ++i) fired = d.Observe(1, 0) == DriftDirection::kDown;
   EXPECT_TRUE(fired);
+}
+
+// Only k changes (1, then 4, then 2, then 8) at a per-token acceptance of 0.8: the windows read
+// 0.8 throughout and no event fires. Companion: the same steps read as accepted / drafted,
+// the old gauge, fall from 0.8 to ~0.59 at k = 4, which a detector fed that ratio reports.
+TEST(AcceptanceDriftTest, AChangeOfKAloneMovesNothing) {
+  AcceptanceDrift d;
+  Rng rng(2027);
+  int64_t drafted = 0, accepted = 0;
+  for (int k : {1, 4, 2, 8}) {
+    drafted = accepted = 0;
+    for (int i = 0; i < 5000; ++i) {
+      const int a = Step(&rng, 0.8, k);
+      ASSERT_EQ(d.Observe(k, a), DriftDirection::kNone) << "k=" << k << " step " << i;
+      drafted += k;
+      accepted += a;
+    }
+    EXPECT_NEAR(d.long_alpha(), 0.8, 0.02) << "k=" << k;
+    EXPECT_NEAR(d.short_alpha(), 0.8, 0.1) << "k=" << k;
+    if (k == 4) EXPECT_NEAR(static_cast<double>(accepted) / drafted, 0.59, 0.02);
+  }
+  EXPECT_EQ(d.up_events() + d.down_events(), 0u);
+
+  // The old reading as a detector's input: a 1-token step per drafted token, accepted with
+  // the step's accepted / drafted. At k = 1 it is the per-token stream; at k = 4 it falls.
+  AcceptanceDrift old;
+  Rng rng2(2027);
+  int at = 0;
+  for (int k : {1, 4}) {
+    for (int i = 0; i < 5000 && at == 0; ++i) {
+      const int a = Step(&rng2, 0.8, k);
+      for (int j = 0; j < k && at == 0; ++j) {
+        if (old.Observe(1, rng2.Uniform() < double(a) / k ? 1 : 0) != DriftDirection::kNone) {
+          at = k;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(at, 4) << "the accepted / drafted stream raised no event when k changed";
 }
 
 TEST(DomainDriftTest, BoundedDomainsFoldIntoOverflow) {
   DomainDrift dd(DriftOptions(), 2, "other");
   std::string resolved;
-  dd.Observe("python", 0.5, 4, &resolved);
+  dd.Observe("python", 4, 2, &resolved);
   EXPECT_EQ(resolved, "python");
-  dd.Observe("other", 0.5, 4, &resolved);  // the overflow domain does not count
-  dd.Observe("rust", 0.25, 4, &resolved);
+  dd.Observe("other", 4, 2, &resolved);  // the overflow domain does not count
+  dd.Observe("rust", 4, 1, &resolved);
   EXPECT_EQ(resolved, "rust");
-  dd.Observe("go", 1.0, 4, &resolved);
+  dd.Observe("go", 4, 4, &resolved);
   EXPECT_EQ(resolved, "other");
-  dd.Observe("haskell", 1.0, 4, &resolved);
+  dd.Observe("haskell", 4, 4, &resolved);
   EXPECT_EQ(resolved, "other");
+  dd.ObserveOptimal("haskell", 0.75, 1);  // folded the same way
   EXPECT_EQ(dd.size(), 3u);
   const std::vector<DomainDrift::Reading> r = dd.Snapshot();
   ASSERT_EQ(r.size(), 3u);
   EXPECT_EQ(r[0].domain, "other");
   EXPECT_EQ(r[0].observations, 3u);
+  EXPECT_DOUBLE_EQ(r[0].optimal_alpha, 0.75);
   EXPECT_EQ(r[1].domain, "python");
+  EXPECT_LT(r[1].optimal_alpha, 0.0);
   EXPECT_EQ(r[2].domain, "rust");
-  EXPECT_DOUBLE_EQ(r[2].long_alpha, 0.25);
+  EXPECT_DOUBLE_EQ(r[2].long_alpha, 0.5);  // 1 success, 1 failure
+  EXPECT_DOUBLE_EQ(r[2].mean_acceptance_length, 2.0);
 }
 
 TEST(DomainDriftTest, ConcurrentObserveCountsEverything) {
@@ -272,7 +317,7 @@ TEST(DomainDriftTest, ConcurrentObserveCountsEverything) {
     threads.emplace_back([&dd, t] {
       Rng rng(t);
       for (int i = 0; i < 20000; ++i) {
-        dd.Observe("d" + std::to_string(i % 4), Bernoulli(&rng, 0.7), 1);
+        dd.Observe("d" + std::to_string(i % 4), 1, Bernoulli(&rng, 0.7));
       }
     });
   }

@@ -26,6 +26,25 @@ TEST(AcceptanceEstimator, PriorWeighsAsTestedTokens) {
   EXPECT_NEAR(a.alpha(), 4.8 / 9.0, 1e-9);
 }
 
+TEST(AcceptanceEstimator, ExpectedSuccessesAndRebase) {
+  AcceptanceEstimator a(0.0, 0, 1e9);
+  a.ObserveExpected(2.5, 4);  // alpha* of a step: 2.5 expected acceptances over 4 positions
+  a.ObserveExpected(0.5, 1);
+  a.ObserveExpected(1.0, 0);  // no position: ignored
+  EXPECT_NEAR(a.alpha(), 3.0 / 5, 1e-9);
+  EXPECT_NEAR(a.weight(), 5.0, 1e-6);
+  a.Rebase(0.2);  // the level a detector found, at the same weight
+  EXPECT_NEAR(a.alpha(), 0.2, 1e-9);
+  EXPECT_NEAR(a.weight(), 5.0, 1e-6);
+  a.Observe(1, 1);
+  EXPECT_NEAR(a.alpha(), 2.0 / 6, 1e-6);
+  // Observe(d, a) is ObserveExpected(a, a + (a < d)).
+  AcceptanceEstimator b(0.3, 2, 10), c(0.3, 2, 10);
+  b.Observe(5, 3);
+  c.ObserveExpected(3, 4);
+  EXPECT_DOUBLE_EQ(b.alpha(), c.alpha());
+}
+
 // Per-token acceptance 0.8 (Bernoulli, fixed seed), blocks of k = 1 and k = 4: the estimate
 // reads 0.8 at both, while accepted / drafted reads 0.8 and 0.59 (the companion: a k-dependent
 // rate, which this estimator must not be). 4000 steps each; the estimate's standard error is

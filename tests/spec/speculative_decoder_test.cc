@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -284,6 +285,57 @@ INSTANTIATE_TEST_SUITE_P(
                       ExactnessCase{"PromptLookupThenDraft", 202, false, false, false, 0.0f,
                                     false, true}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// alpha* as the decoder reports it (last_optimal(), summed in stats): on chains it is the
+// verifier's own expected acceptance at each tested position, so over many steps it agrees
+// with the measured per-token acceptance (accepted / tested); on trees of two children per
+// node the optimal verifier can beat recursive rejection, so alpha* >= measured. The
+// difference of the measured and expected sums has variance sum alpha_i (1 - alpha_i) <= n / 4:
+// bounds at z = 3.29 (two-sided level kSignificance = 1e-3). Companion: accepted / drafted,
+// the old k-dependent reading, is outside the same bound.
+TEST(SpeculativeDecoder, ReportsTheOptimalAcceptanceOfTheDraftsProposed) {
+  c10::InferenceMode guard;
+  ModelConfig cfg = testing::TinyConfig();
+  cfg.vocab_size = 16;
+  auto target = testing::RandomModel(cfg, 301);
+  auto draft = testing::RandomModel(cfg, 302);
+  const double z = 3.29;
+  for (bool tree : {false, true}) {
+    SpeculativeStats total;
+    for (int t = 0; t < 400; ++t) {
+      GenerateOptions g;
+      g.max_tokens = 24;
+      g.stop_at_eos = false;
+      g.sampling.temperature = 0.9f;
+      g.sampling.seed = 500 + t;
+      DraftModelProposer model(draft.get(), g.sampling);
+      if (tree) model.set_tree_branching({2, 2, 2});
+      SpeculativeDecoder dec(target.get(), &model, {1, 5, 9, 2}, g);
+      while (!dec.finished()) {
+        dec.Propose(3);
+        dec.Commit(target->Forward({dec.TargetInput()}));
+        const auto& o = dec.last_optimal();
+        ASSERT_GE(o.expected, 0.0);
+        ASSERT_LE(o.expected, o.positions + 1e-9);
+      }
+      total.Add(dec.stats());
+    }
+    const double n = total.optimal_positions;
+    ASSERT_GT(n, 2000);
+    const double measured = total.accepted / n, optimal = total.optimal / n;
+    const double bound = z * 0.5 / std::sqrt(n);
+    if (!tree) {
+      // A chain tests the accepted positions and the first rejection.
+      EXPECT_EQ(total.optimal_positions,
+                total.accepted + (total.steps - total.accepted_at[2]));
+      EXPECT_NEAR(measured, optimal, bound);
+      EXPECT_GT(std::abs(static_cast<double>(total.accepted) / total.drafted - optimal), bound)
+          << "accepted / drafted should read lower than the per-token rate at k = 3";
+    } else {
+      EXPECT_GE(optimal, measured - bound);
+    }
+  }
+}
 
 TEST(SpeculativeDecoder, StatsAddUp) {
   c10::InferenceMode guard;
