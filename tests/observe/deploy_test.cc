@@ -75,7 +75,8 @@ TEST(DeployTest, DashboardHasTheAskedPanelsOnRealMetrics) {
   }
   for (const auto& a : dash.at("annotations").at("list")) exprs += a.at("expr").get<std::string>();
   ExpectKnownMetrics(exprs, "grafana-dashboard.json");
-  for (const char* want : {"alpha", "tokens/s", "Tokens per target step", "Speculation length",
+  for (const char* want : {"alpha", "alpha*", "mean acceptance length", "tokens/s",
+                           "Tokens per target step", "Speculation length",
                            "Draft version", "Trainer loss", "estimated alpha"}) {
     EXPECT_NE(titles.find(want), std::string::npos) << "no panel titled *" << want << "*";
   }
