@@ -18,7 +18,7 @@
 //   per arm, window (--window consecutive trace requests) and domain:
 //     {"arm", "window", "phase", "domain", "requests", "alpha", "tokens_per_step",
 //      "tokens_per_second", "draft_version", "objective"}
-//   alpha = accepted / drafted; tokens_per_step = generated tokens per target forward;
+//   alpha = accepted / tested (per token, as specloop_acceptance_rate); tokens_per_step = generated tokens per target forward;
 //   tokens_per_second = generated tokens / request latency (per client stream); draft_version:
 //   the newest in the window; objective: the trainer's loss at the window's end (online arm).
 //   Then summary lines {"name", "params", "value", "unit"} (see Summarize) and, in --out,
@@ -100,7 +100,7 @@ struct TraceRequest {
 struct Result {
   bool ok = false;
   std::string error;
-  int tokens = 0, drafted = 0, accepted = 0, steps = 0;
+  int tokens = 0, drafted = 0, accepted = 0, tested = 0, steps = 0;
   uint64_t version = 0;
   double start_s = 0, end_s = 0;  // since the arm's first request
 };
@@ -248,6 +248,7 @@ Result Send(httplib::Client* cli, const TraceRequest& r, const Options& o, doubl
   out.tokens = j["usage"]["completion_tokens"].get<int>();
   out.drafted = s["drafted"].get<int>();
   out.accepted = s["accepted"].get<int>();
+  out.tested = s["tested"].get<int>();
   out.steps = s["steps"].get<int>();
   out.version = s["draft_version"].get<uint64_t>();
   out.ok = true;
@@ -350,7 +351,7 @@ Arm RunArm(const std::string& name, const Options& o, const std::vector<TraceReq
                         {"temperature", trace[i].temperature}, {"ok", r.ok},
                         {"error", r.error},    {"tokens", r.tokens},
                         {"drafted", r.drafted}, {"accepted", r.accepted},
-                        {"steps", r.steps},    {"draft_version", r.version},
+                        {"tested", r.tested},  {"steps", r.steps},    {"draft_version", r.version},
                         {"start_s", r.start_s}, {"end_s", r.end_s}}
                        .dump()
                 << "\n";
@@ -361,18 +362,19 @@ Arm RunArm(const std::string& name, const Options& o, const std::vector<TraceReq
 // Sums over a set of replayed (non-eval, successful) requests.
 struct Tally {
   int requests = 0;
-  double tokens = 0, drafted = 0, accepted = 0, steps = 0, latency = 0;
+  double tokens = 0, drafted = 0, accepted = 0, tested = 0, steps = 0, latency = 0;
   uint64_t version = 0;
   void Add(const Result& r) {
     ++requests;
     tokens += r.tokens;
     drafted += r.drafted;
     accepted += r.accepted;
+    tested += r.tested;
     steps += r.steps;
     latency += r.end_s - r.start_s;
     version = std::max(version, r.version);
   }
-  double alpha() const { return drafted > 0 ? accepted / drafted : NAN; }
+  double alpha() const { return tested > 0 ? accepted / tested : NAN; }
   double tokens_per_step() const { return steps > 0 ? tokens / steps : NAN; }
   double tokens_per_second() const { return latency > 0 ? tokens / latency : NAN; }
 };

@@ -18,6 +18,7 @@ void SpeculativeStats::Add(const SpeculativeStats& o) {
   steps += o.steps;
   drafted += o.drafted;
   accepted += o.accepted;
+  tested += o.tested;
   emitted += o.emitted;
   k_sum += o.k_sum;
   optimal += o.optimal;
@@ -130,6 +131,7 @@ void SpeculativeDecoder::VerifyTree(const at::Tensor& logits, spec::ChainOutcome
       }
     }
     if (!children.empty()) {
+      ++last_tested_;
       if (options_.sampling.greedy()) {
         last_optimal_.expected += accepted >= 0 ? 1.0 : 0.0;
         last_optimal_.positions++;
@@ -155,6 +157,7 @@ std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
   spec::ChainOutcome outcome;
   const size_t before = tokens_.size();
   last_optimal_ = OptimalAcceptance();
+  last_tested_ = 0;
   if (draft_.is_tree()) {
     // Keep the catch-up tokens and the accepted path in the cache, in order.
     std::vector<int> path;
@@ -186,6 +189,7 @@ std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
   TORCH_CHECK(s.ok(), "verification failed: ", s.ToString());
   if (k > 0) {
     const int tested = outcome.num_accepted + (outcome.num_accepted < k ? 1 : 0);
+    last_tested_ = tested;
     last_optimal_.positions = tested;
     if (options_.sampling.greedy()) {
       last_optimal_.expected = outcome.num_accepted;  // one-hot p and q: min sums to agreement
@@ -209,6 +213,7 @@ std::vector<int> SpeculativeDecoder::Emit(const spec::ChainOutcome& outcome, int
   stats_.steps++;
   stats_.drafted += k;
   stats_.accepted += outcome.num_accepted;
+  stats_.tested += last_tested_;
   stats_.emitted += outcome.tokens.size();
   stats_.k_sum += last_k_;
   stats_.optimal += last_optimal_.expected;

@@ -29,6 +29,9 @@ struct SpeculativeStats {
   int64_t steps = 0;     // verification steps (target forwards after the prompt)
   int64_t drafted = 0;   // draft tokens proposed
   int64_t accepted = 0;  // draft tokens accepted
+  // Draft positions verification tested: the accepted ones and, where a block was cut short,
+  // its first rejection (a tree: the nodes with children on the accepted path).
+  int64_t tested = 0;
   int64_t emitted = 0;   // tokens emitted by the steps (accepted + one per step, before cuts)
   int64_t k_sum = 0;     // sum of the k asked for, for the mean
   std::vector<int64_t> accepted_at;  // [i]: steps whose draft token i was accepted
@@ -37,7 +40,9 @@ struct SpeculativeStats {
   double optimal = 0.0;
   int64_t optimal_positions = 0;
 
-  double acceptance_rate() const { return drafted ? double(accepted) / drafted : 0.0; }
+  // The per-token acceptance rate, accepted / tested (spec::AcceptanceEstimator's count, not
+  // accepted / drafted, which falls as k grows at a fixed per-token rate).
+  double acceptance_rate() const { return tested ? double(accepted) / tested : 0.0; }
   // Mean tokens per target forward: 1 + mean accepted per step (vLLM's acceptance length).
   double tokens_per_step() const { return steps ? double(emitted) / steps : 0.0; }
   double k_mean() const { return steps ? double(k_sum) / steps : 0.0; }
@@ -127,6 +132,7 @@ class SpeculativeDecoder {
   SpeculativeStats stats_;
   int last_k_ = 0;
   int last_accepted_ = 0;
+  int last_tested_ = 0;
   OptimalAcceptance last_optimal_;
   ChainVerifier verifier_;
   MultiDraftVerifier multi_verifier_;

@@ -141,6 +141,7 @@ int RunGenerate(const GenerateArgs& a) {
     if (speculative) {
       j["drafted"] = stats.drafted;
       j["accepted"] = stats.accepted;
+      j["tested"] = stats.tested;
       j["acceptance_rate"] = stats.acceptance_rate();
       j["tokens_per_step"] = stats.tokens_per_step();
       j["k_mean"] = stats.k_mean();

@@ -42,6 +42,7 @@ json UsageJson(const RequestEvent& done) {
 json SpeculativeJson(const SpeculativeUsage& s) {
   return {{"drafted", s.drafted},
           {"accepted", s.accepted},
+          {"tested", s.tested},
           {"acceptance_rate", s.acceptance_rate()},
           {"steps", s.steps},
           {"draft_version", s.draft_version}};

@@ -40,8 +40,10 @@ struct SpeculativeUsage {
   int64_t steps = 0;
   int64_t drafted = 0;
   int64_t accepted = 0;
+  int64_t tested = 0;  // SpeculativeStats::tested
   uint64_t draft_version = 0;
-  double acceptance_rate() const { return drafted ? double(accepted) / drafted : 0.0; }
+  // Per tested token, as specloop_acceptance_rate (independent of k).
+  double acceptance_rate() const { return tested ? double(accepted) / tested : 0.0; }
 };
 
 // What the scheduler posts. A request gets zero or more kDelta events and then exactly one

@@ -369,6 +369,7 @@ void Scheduler::Finish(Sequence* seq, const std::string& reason) {
     done.speculative.steps = st.steps;
     done.speculative.drafted = st.drafted;
     done.speculative.accepted = st.accepted;
+    done.speculative.tested = st.tested;
   }
   done.speculative.draft_version = seq->draft_version;
   seq->channel->Post(std::move(done));

@@ -326,8 +326,8 @@ TEST(SpeculativeDecoder, ReportsTheOptimalAcceptanceOfTheDraftsProposed) {
     const double bound = z * 0.5 / std::sqrt(n);
     if (!tree) {
       // A chain tests the accepted positions and the first rejection.
-      EXPECT_EQ(total.optimal_positions,
-                total.accepted + (total.steps - total.accepted_at[2]));
+      EXPECT_EQ(total.optimal_positions, total.tested);
+      EXPECT_EQ(total.tested, total.accepted + (total.steps - total.accepted_at[2]));
       EXPECT_NEAR(measured, optimal, bound);
       EXPECT_GT(std::abs(static_cast<double>(total.accepted) / total.drafted - optimal), bound)
           << "accepted / drafted should read lower than the per-token rate at k = 3";
@@ -356,6 +356,8 @@ TEST(SpeculativeDecoder, StatsAddUp) {
   EXPECT_LT(s.emitted, 50 + 4);
   EXPECT_EQ(s.emitted, s.steps + s.accepted);
   EXPECT_EQ(s.k_sum, 3 * s.steps);
+  // Tested: every accepted position, plus the first rejection of each block cut short.
+  EXPECT_EQ(s.tested, s.accepted + s.steps - s.accepted_at[2]);
   EXPECT_EQ(s.accepted_at[0], [&] {     // steps whose first draft was accepted
     int64_t n = 0;
     for (size_t i = 0; i < s.accepted_at.size(); ++i) n = std::max(n, s.accepted_at[i]);
