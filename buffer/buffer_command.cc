@@ -7,8 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "buffer/buffer_command.h"
+
 #include "buffer/buffer_tools.h"
-#include "serve/commands.h"
 
 namespace specloop {
 

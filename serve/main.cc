@@ -1,7 +1,9 @@
 // specloop: one binary, one subcommand per process or tool (DESIGN.md section 1).
 #include <cstdio>
 
+#include "buffer/buffer_command.h"
 #include "serve/commands.h"
+#include "trainer/train_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"specloop: online adaptive speculative decoding"};
