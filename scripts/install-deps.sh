@@ -18,6 +18,9 @@ PACKAGES=(
   gnuplot-nox                                  # bench/faster_over_time: the PNG plot
   clang libclang-rt-14-dev llvm                # libFuzzer fuzzers (scripts/fuzz.sh), llvm-symbolizer
 )
+# Node.js and npm run the openai client and tokenizers.js tests; a machine with its own Node
+# (e.g. NodeSource's, which bundles npm and conflicts with Debian's npm) keeps it.
+command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
