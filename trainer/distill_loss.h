@@ -29,6 +29,9 @@
 // min(sum p, sum q) >= sum min(p, q). So the K+1-bucket acceptance is an UPPER bound of the
 // true alpha = sum_x min(p(x), q(x)); the sum over the K logged buckets alone (tail dropped) is
 // a LOWER bound; the two differ by at most min(p_tail, q_tail) and agree when K == V.
+// These acceptances compare the RAW distributions (temperature 1, no top-k or top-p). The
+// trainer's held-out estimate scores each record under its own sampling instead
+// (processed_acceptance.h), of which these are the temperature-1 case.
 #pragma once
 
 #include <ATen/ATen.h>

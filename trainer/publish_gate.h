@@ -1,6 +1,8 @@
 // The publish gate: a candidate draft replaces the live one only if its estimated alpha on the
 // same held-out positions is higher overall by a margin, and no domain with enough positions
 // to judge falls by more than a tolerance and by more than its noise (DESIGN.md section 6).
+// The estimates score each position under its request's sampling (alpha_estimate.h: greedy
+// records by argmax agreement), so the gate compares what serving would accept.
 // "Overall" weighs each domain by its share of recent traffic when that is known, as serving
 // speed does. Pure; no model.
 #pragma once

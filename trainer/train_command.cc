@@ -7,7 +7,11 @@
 //       retrain from the logged buffers with no workers; progress on stderr; the last stdout
 //       line is one JSON object: {"version": N or null, "alpha_before": {domain: alpha},
 //       "alpha_after": {...}, "overall_before", "overall_after", "positions": {domain: n},
-//       "gate": {"publish", "reason", "detail"}, "objective", "steps"}. Exit 0 when a
+//       "regimes": {"greedy": {"alpha_before", "alpha_after", "positions"}, "sampled": {...}},
+//       "gate": {"publish", "reason", "detail"}, "objective", "steps"}. Every alpha is held-out
+//       alpha-hat, each record scored under its own sampling (trainer/alpha_estimate.h);
+//       "regimes" splits it by the records' sampling regime (greedy: temperature 0; sampled:
+//       the rest), both always present (alphas null without positions). Exit 0 when a
 //       checkpoint was written, 3 when the gate refused it (no checkpoint; --force writes one
 //       regardless), 1 on errors, 2 on bad arguments.
 #include <httplib.h>
@@ -45,16 +49,34 @@ struct TrainArgs {
   int metrics_port = 9091;
 };
 
+const char* const kRegimes[] = {"greedy", "sampled"};
+
+// Held-out alpha of one sampling regime, before and after: null alphas without positions.
+nlohmann::json RegimeReport(const trainer::EvalResult& r, const std::string& regime) {
+  auto alpha = [&](const trainer::AlphaEstimate& e) {
+    auto it = e.regimes.find(regime);
+    return it != e.regimes.end() && it->second.positions > 0 ? nlohmann::json(it->second.logged)
+                                                             : nlohmann::json(nullptr);
+  };
+  auto it = r.candidate.regimes.find(regime);
+  return {{"alpha_before", alpha(r.live)},
+          {"alpha_after", alpha(r.candidate)},
+          {"positions", it != r.candidate.regimes.end() ? it->second.positions : 0}};
+}
+
 nlohmann::json OfflineReport(const TrainArgs& a, const trainer::Trainer& t,
                              const trainer::EvalResult& r) {
   nlohmann::json positions = nlohmann::json::object();
   for (const auto& [d, x] : r.candidate.domains) positions[d] = x.positions;
+  nlohmann::json regimes = nlohmann::json::object();
+  for (const char* g : kRegimes) regimes[g] = RegimeReport(r, g);
   return {{"version", r.version ? nlohmann::json(r.version) : nlohmann::json(nullptr)},
           {"alpha_before", r.live.LoggedByDomain()},
           {"alpha_after", r.candidate.LoggedByDomain()},
           {"overall_before", r.live.overall.logged},
           {"overall_after", r.candidate.overall.logged},
           {"positions", positions},
+          {"regimes", regimes},
           {"gate",
            {{"publish", r.decision.publish},
             {"reason", r.decision.reason},
@@ -96,6 +118,13 @@ int RunOffline(const TrainArgs& a) {
   for (const auto& [d, x] : r.candidate.domains) {
     std::fprintf(stderr, "  %-10s alpha %.4f -> %.4f  (%lld positions)\n", d.c_str(),
                  r.live.domains[d].logged, x.logged, static_cast<long long>(x.positions));
+  }
+  for (const char* g : kRegimes) {
+    auto it = r.candidate.regimes.find(g);
+    if (it == r.candidate.regimes.end()) continue;
+    std::fprintf(stderr, "  %-10s alpha %.4f -> %.4f  (%lld positions; sampling regime)\n", g,
+                 r.live.regimes[g].logged, it->second.logged,
+                 static_cast<long long>(it->second.positions));
   }
   std::cout << OfflineReport(a, *t, r).dump() << std::endl;
   return r.version ? 0 : 3;

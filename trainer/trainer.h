@@ -2,7 +2,8 @@
 //
 // It holds two drafts: the LIVE one (the latest checkpoint, or the initial draft when there
 // is none: what workers serve) and the CANDIDATE it trains with AdamW. Periodically it
-// estimates both on the same held-out logged positions (alpha_estimate.h) and asks the gate
+// estimates both on the same held-out logged positions, each under its request's sampling
+// (alpha_estimate.h), and asks the gate
 // (publish_gate.h); a candidate that passes is saved as the next checkpoint (checkpoint_store.h),
 // announced (common/draft_channel.h) and becomes the live draft; one that fails is not
 // published and training goes on (the reason goes to the log and to

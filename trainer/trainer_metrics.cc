@@ -20,8 +20,8 @@ Status TrainerMetrics::Register(metrics::Registry* r) {
       &positions));
   SPECLOOP_RETURN_IF_ERROR(r->AddGauge(
       {"specloop_train_estimated_alpha",
-       "Estimated acceptance (lower bound) on held-out logged positions, by domain and model "
-       "(live or candidate).",
+       "Estimated acceptance (lower bound) on held-out logged positions, each under its "
+       "request's sampling, by domain and model (live or candidate).",
        {"domain", "model"}},
       &alpha));
   SPECLOOP_RETURN_IF_ERROR(

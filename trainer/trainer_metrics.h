@@ -5,7 +5,8 @@
 //   specloop_train_loss{objective}                           last step's loss
 //   specloop_train_samples_total{domain}                     records trained on
 //   specloop_train_positions_total{domain}                   logged positions trained on
-//   specloop_train_estimated_alpha{domain,model}             held-out alpha-hat (lower bound),
+//   specloop_train_estimated_alpha{domain,model}             held-out alpha-hat (lower bound,
+//                                                            each record under its sampling),
 //                                                            model = live | candidate;
 //                                                            domain "all" for the overall mean
 //   specloop_train_evaluations_total                         candidate evaluations

@@ -1,5 +1,7 @@
 // `specloop train` as users run it, on a small real buffer (target-6m verifying draft-prose-1m
-// on python, c and legal prompts): --offline prints its JSON report and writes a checkpoint;
+// on python, c and legal prompts, every other prompt decoded greedily, the rest sampled at
+// temperature 1): --offline prints its JSON report (held-out alpha per domain and per sampling
+// regime) and writes a checkpoint;
 // the online loop catches up, trains, passes the gate and announces the checkpoint over
 // ZeroMQ, a worker-side fetcher downloads and loads it, and SIGTERM stops the trainer cleanly.
 #include <gtest/gtest.h>
@@ -15,9 +17,12 @@
 #include <zmq.hpp>
 
 #include "buffer/replay_logger.h"
+#include "buffer/replay_reader.h"
 #include "common/draft_channel.h"
 #include "tests/trainer/test_util.h"
+#include "trainer/alpha_estimate.h"
 #include "trainer/synthetic_traffic.h"
+#include "trainer/training_examples.h"
 
 namespace specloop {
 namespace trainer {
@@ -30,7 +35,7 @@ class TrainCommandTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir("specloop-train-cmd");
-    const Status s = testing::MakeTrafficBuffer(dir_->Sub("buffer"));
+    const Status s = testing::MakeTrafficBuffer(dir_->Sub("buffer"), /*greedy_every=*/2);
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
   static void TearDownTestSuite() { delete dir_; }
@@ -132,6 +137,77 @@ TEST_F(TrainCommandTest, OfflinePrintsItsReportAndWritesACheckpoint) {
   ASSERT_TRUE(Sha256File(ckpt.Sub("v000001/model.safetensors"), &sha).ok());
   EXPECT_EQ(meta["sha256"], sha);
   EXPECT_EQ(meta["alpha_after"], r["alpha_after"]);
+}
+
+// The report splits held-out alpha by sampling regime: greedy records scored by argmax
+// agreement, sampled ones by their processed overlap. Each regime's numbers are those of an
+// independent estimate of the initial draft (before) and of the checkpoint (after) on the
+// held-out records (the default fraction, 0.1), and the stderr summary has a line per regime.
+TEST_F(TrainCommandTest, OfflineReportsHeldOutAlphaPerSamplingRegime) {
+  TempDir ckpt("specloop-train-regimes");
+  std::string cmd;
+  for (const auto& a : TrainArgs(ckpt.path())) cmd += "'" + a + "' ";
+  const std::string err_path = ckpt.Sub("stderr.txt");
+  cmd += "--offline --epochs 1 --force 2>'" + err_path + "'";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out, last;
+  char buf[4096];
+  while (fgets(buf, sizeof(buf), p)) {
+    out += buf;
+    if (buf[0] == '{') last = buf;
+  }
+  ASSERT_EQ(WEXITSTATUS(pclose(p)), 0) << out;  // --force: a checkpoint either way
+  const nlohmann::json r = nlohmann::json::parse(last);
+  ASSERT_TRUE(r.contains("regimes")) << last;
+  int64_t domain_positions = 0;
+  for (const auto& [d, n] : r["positions"].items()) domain_positions += n.get<int64_t>();
+
+  // An independent estimate on the held-out records.
+  std::unique_ptr<ReplayReader> reader;
+  ASSERT_TRUE(ReplayReader::Open({}, {dir_->Sub("buffer")}, &reader).ok());
+  std::vector<Record> heldout;
+  ASSERT_TRUE(reader
+                  ->Scan({}, [&](size_t, const Record& rec) {
+                    if (IsHeldOut(rec, 0.1)) heldout.push_back(rec);
+                    return true;
+                  })
+                  .ok());
+  std::unique_ptr<LlamaModel> initial, trained;
+  ASSERT_TRUE(LlamaModel::Load(SharedDir() + "/models/draft-prose-1m", {}, &initial).ok());
+  ASSERT_TRUE(LlamaModel::Load(ckpt.Sub("v000001"), {}, &trained).ok());
+  AlphaEstimate before, after;
+  ASSERT_TRUE(EstimateAlpha(*initial, heldout, 16, &before).ok());
+  ASSERT_TRUE(EstimateAlpha(*trained, heldout, 16, &after).ok());
+
+  std::string err;
+  ASSERT_TRUE(ReadFileToString(err_path, &err).ok());
+  int64_t regime_positions = 0;
+  double weighted_before = 0;
+  for (const char* g : {"greedy", "sampled"}) {
+    ASSERT_TRUE(r["regimes"].contains(g)) << last;
+    const nlohmann::json& x = r["regimes"][g];
+    const int64_t n = x["positions"].get<int64_t>();
+    ASSERT_GT(n, 0) << g << ": " << last;
+    ASSERT_TRUE(before.regimes.count(g)) << g;
+    EXPECT_EQ(n, before.regimes[g].positions) << g;
+    EXPECT_NEAR(x["alpha_before"].get<double>(), before.regimes[g].logged, 1e-5) << g;
+    EXPECT_NEAR(x["alpha_after"].get<double>(), after.regimes[g].logged, 1e-5) << g;
+    regime_positions += n;
+    weighted_before += n * x["alpha_before"].get<double>();
+    const std::regex line("\\n  " + std::string(g) +
+                          " +alpha [0-9.]+ -> [0-9.]+  \\(" + std::to_string(n) +
+                          " positions; sampling regime\\)\\n");
+    EXPECT_TRUE(std::regex_search(err, line)) << err;
+  }
+  // Greedy values are agreements (0 or 1): their mean times the count is a whole number.
+  const double agreed = r["regimes"]["greedy"]["alpha_before"].get<double>() *
+                        r["regimes"]["greedy"]["positions"].get<double>();
+  EXPECT_NEAR(agreed, std::round(agreed), 1e-6);
+  // The regimes partition the positions the domains count.
+  EXPECT_EQ(regime_positions, domain_positions);
+  EXPECT_NEAR(weighted_before / regime_positions, r["overall_before"].get<double>(), 1e-9);
+  std::cout << last;
 }
 
 TEST_F(TrainCommandTest, OnlineLoopPublishesACheckpointThatAWorkerFetches) {
