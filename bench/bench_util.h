@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/llama_model.h"
+#include "common/model/llama_model.h"
 
 namespace specloop::bench {
 

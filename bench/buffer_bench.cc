@@ -16,7 +16,7 @@
 
 #include "buffer/half.h"
 #include "buffer/replay_logger.h"
-#include "common/rng.h"
+#include "common/base/rng.h"
 
 namespace {
 

@@ -24,8 +24,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
-#include "common/linear_kernels.h"
-#include "common/threads.h"
+#include "common/kernels/linear_kernels.h"
+#include "common/model/threads.h"
 
 namespace specloop {
 namespace {

@@ -55,9 +55,9 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "common/model_config.h"
 #include "common/spec/acceptance.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/model_config.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/e2e/e2e_util.h"
 #include "trainer/heldout_split.h"
 

@@ -36,10 +36,10 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "buffer/replay_logger.h"
 #include "bench/bench_util.h"
-#include "common/rng.h"
-#include "common/threads.h"
+#include "buffer/replay_logger.h"
+#include "common/base/rng.h"
+#include "common/model/threads.h"
 #include "serve/http_server.h"
 #include "serve/sample_logger.h"
 #include "tests/e2e/e2e_util.h"

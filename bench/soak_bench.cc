@@ -37,10 +37,10 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "common/free_port.h"
-#include "common/model_config.h"
-#include "common/process_metrics.h"
-#include "common/tokenizer.h"
+#include "common/base/free_port.h"
+#include "common/observe/process_metrics.h"
+#include "common/tokenizer/model_config.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace {

@@ -36,11 +36,11 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
-#include "common/draft_model_proposer.h"
+#include "common/engine/draft_model_proposer.h"
+#include "common/engine/speculative_decoder.h"
+#include "common/model/threads.h"
 #include "common/spec/acceptance.h"
-#include "common/speculative_decoder.h"
-#include "common/threads.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace specloop {
 namespace {

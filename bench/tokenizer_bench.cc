@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/common/npm_tokenizers.h"
 
 namespace {

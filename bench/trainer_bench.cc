@@ -11,7 +11,7 @@
 #include <string>
 
 #include "buffer/replay_logger.h"
-#include "common/threads.h"
+#include "common/model/threads.h"
 #include "trainer/synthetic_traffic.h"
 #include "trainer/trainer.h"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/sampling.h"
+#include "common/base/sampling.h"
 
 namespace specloop {
 

@@ -23,7 +23,7 @@
 #include <string_view>
 
 #include "buffer/record.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace specloop {
 

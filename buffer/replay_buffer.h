@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "buffer/record.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace rocksdb {
 class DB;

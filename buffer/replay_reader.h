@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "buffer/record.h"
-#include "common/rng.h"
-#include "common/status.h"
+#include "common/base/rng.h"
+#include "common/base/status.h"
 
 namespace specloop {
 

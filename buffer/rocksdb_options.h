@@ -9,7 +9,7 @@
 #include <rocksdb/options.h>
 
 #include "buffer/replay_buffer.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace specloop {
 

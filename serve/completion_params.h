@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/model_config.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/model_config.h"
+#include "common/tokenizer/tokenizer.h"
 #include "serve/request.h"
 
 namespace specloop {

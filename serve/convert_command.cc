@@ -1,7 +1,7 @@
 // `specloop convert llama2c CHECKPOINT.bin TOKENIZER.bin OUT_DIR`
 #include <iostream>
 
-#include "common/llama2c_convert.h"
+#include "common/model/llama2c_convert.h"
 #include "serve/commands.h"
 
 namespace specloop {

@@ -26,8 +26,8 @@
 #include <string>
 #include <thread>
 
-#include "common/draft_channel.h"
-#include "common/llama_model.h"
+#include "common/channel/draft_channel.h"
+#include "common/model/llama_model.h"
 #include "common/spec/acceptance_estimator.h"
 #include "serve/draft_swap_hook.h"
 #include "serve/serving_metrics.h"

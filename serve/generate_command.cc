@@ -2,14 +2,14 @@
 #include <iostream>
 #include <sstream>
 
-#include "common/threads.h"
+#include "common/model/threads.h"
 #include <nlohmann/json.hpp>
 
-#include "common/draft_model_proposer.h"
-#include "common/generate.h"
-#include "common/prompt_lookup_proposer.h"
-#include "common/speculative_decoder.h"
-#include "common/tokenizer.h"
+#include "common/engine/draft_model_proposer.h"
+#include "common/engine/generate.h"
+#include "common/engine/speculative_decoder.h"
+#include "common/spec/prompt_lookup_proposer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "serve/commands.h"
 
 namespace specloop {

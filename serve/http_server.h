@@ -26,9 +26,9 @@
 #include <mutex>
 #include <string>
 
-#include "common/model_config.h"
-#include "common/status.h"
-#include "common/tokenizer.h"
+#include "common/base/status.h"
+#include "common/tokenizer/model_config.h"
+#include "common/tokenizer/tokenizer.h"
 #include "serve/completion_params.h"
 #include "serve/scheduler.h"
 #include "serve/serving_metrics.h"

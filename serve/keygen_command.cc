@@ -11,7 +11,7 @@
 #include <cstring>
 #include <iostream>
 
-#include "common/draft_channel.h"
+#include "common/channel/draft_channel.h"
 #include "serve/commands.h"
 
 namespace specloop {

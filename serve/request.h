@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "common/generate.h"
+#include "common/engine/generate.h"
 
 namespace specloop {
 

@@ -6,7 +6,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include "buffer/half.h"
-#include "common/cpu_kernels.h"
+#include "common/kernels/cpu_kernels.h"
 
 namespace specloop {
 

@@ -5,7 +5,7 @@
 
 #include <c10/core/InferenceMode.h>
 
-#include "common/speculative_decoder.h"
+#include "common/engine/speculative_decoder.h"
 #include "serve/sequence.h"
 
 namespace specloop {

@@ -28,11 +28,11 @@
 #include <thread>
 #include <vector>
 
-#include "common/llama_model.h"
-#include "common/proposer.h"
-#include "common/speculation_policy.h"
-#include "common/step_cost_table.h"
-#include "common/tokenizer.h"
+#include "common/model/llama_model.h"
+#include "common/spec/proposer.h"
+#include "common/spec/speculation_policy.h"
+#include "common/spec/step_cost_table.h"
+#include "common/tokenizer/tokenizer.h"
 #include "serve/draft_swap_hook.h"
 #include "serve/request.h"
 #include "serve/sample_logger.h"

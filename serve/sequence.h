@@ -6,9 +6,9 @@
 #include <memory>
 #include <string>
 
-#include "common/draft_model_proposer.h"
-#include "common/speculation_policy.h"
-#include "common/speculative_decoder.h"
+#include "common/engine/draft_model_proposer.h"
+#include "common/engine/speculative_decoder.h"
+#include "common/spec/speculation_policy.h"
 #include "serve/request.h"
 #include "serve/sample_logger.h"
 #include "serve/serving_metrics.h"

@@ -14,7 +14,7 @@
 #include <zmq.hpp>
 
 #include "buffer/replay_logger.h"
-#include "common/threads.h"
+#include "common/model/threads.h"
 #include "serve/commands.h"
 #include "serve/draft_swapper.h"
 #include "serve/http_server.h"

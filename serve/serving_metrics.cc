@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "buffer/replay_logger.h"
-#include "common/process_metrics.h"
+#include "common/observe/process_metrics.h"
 #include "serve/sample_logger.h"
 
 namespace specloop {

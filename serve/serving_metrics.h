@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "common/acceptance_drift.h"
-#include "common/metrics.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/observe/acceptance_drift.h"
+#include "common/observe/metrics.h"
 
 namespace specloop {
 

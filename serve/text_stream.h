@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace specloop {
 

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/hf_tokenizer.h"
-#include "common/model_config.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/hf_tokenizer.h"
+#include "common/tokenizer/model_config.h"
+#include "common/tokenizer/tokenizer.h"
 #include "serve/commands.h"
 
 namespace specloop {

@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "common/free_port.h"
-#include "common/threads.h"
+#include "common/base/free_port.h"
+#include "common/model/threads.h"
 #include "serve/commands.h"
 #include "serve/supervisor.h"
 

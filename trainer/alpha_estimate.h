@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "buffer/record.h"
-#include "common/llama_model.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/model/llama_model.h"
 
 namespace specloop {
 namespace trainer {

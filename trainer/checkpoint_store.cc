@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "common/draft_channel.h"
-#include "common/safetensors.h"
+#include "common/channel/draft_channel.h"
+#include "common/model/safetensors.h"
 
 namespace specloop {
 namespace trainer {

@@ -18,8 +18,8 @@
 #include <memory>
 #include <string>
 
-#include "common/llama_model.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/model/llama_model.h"
 
 namespace specloop {
 namespace trainer {

@@ -38,7 +38,7 @@
 
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace specloop {
 namespace trainer {

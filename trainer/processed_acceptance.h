@@ -2,7 +2,7 @@
 // verification would accept there, estimated from what the replay buffer keeps. Pure math over
 // float arrays; no model, no LibTorch.
 //
-// Serving verifies a draft token against the PROCESSED distributions (common/sampling.h
+// Serving verifies a draft token against the PROCESSED distributions (common/base/sampling.h
 // ProcessedDistribution: temperature, then top-k, then top-p, ties toward lower ids), p for the
 // target and q for the draft, and accepts with probability alpha = sum_x min(p(x), q(x)); under
 // greedy decoding (temperature 0) it accepts exactly when the draft's argmax is the target's.
@@ -39,15 +39,15 @@
 // any top-p) no tail token is kept and both equal alpha (up to the fp16 rounding of the logged
 // log-probs).
 //
-// Greedy (temperature 0): both bounds are 1 when Argmax of the draft's logits (lowest id on
-// ties, common/sampling.h) is the logged entry of the highest log-prob (lowest id on ties), else
-// 0. Ties are judged on the fp16 log-probs, which can tie where the target's logits did not.
+// Greedy (temperature 0): both bounds are 1 when Argmax of the draft's logits (lowest id on ties,
+// common/base/sampling.h) is the logged entry of the highest log-prob (lowest id on ties), else 0.
+// Ties are judged on the fp16 log-probs, which can tie where the target's logits did not.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "common/sampling.h"
+#include "common/base/sampling.h"
 
 namespace specloop {
 namespace trainer {

@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "buffer/half.h"
-#include "common/draft_model_proposer.h"
-#include "common/speculative_decoder.h"
-#include "common/tokenizer.h"
+#include "common/engine/draft_model_proposer.h"
+#include "common/engine/speculative_decoder.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace specloop {
 namespace trainer {

@@ -25,9 +25,9 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "common/draft_channel.h"
-#include "common/process_metrics.h"
-#include "common/threads.h"
+#include "common/channel/draft_channel.h"
+#include "common/model/threads.h"
+#include "common/observe/process_metrics.h"
 #include "trainer/train_command.h"
 #include "trainer/trainer.h"
 

@@ -10,7 +10,7 @@
 #include <iostream>
 #include <thread>
 
-#include "common/draft_channel.h"
+#include "common/channel/draft_channel.h"
 #include "trainer/training_examples.h"
 
 namespace specloop {

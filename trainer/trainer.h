@@ -5,7 +5,7 @@
 // estimates both on the same held-out logged positions, each under its request's sampling
 // (alpha_estimate.h), and asks the gate
 // (publish_gate.h); a candidate that passes is saved as the next checkpoint (checkpoint_store.h),
-// announced (common/draft_channel.h) and becomes the live draft; one that fails is not
+// announced (common/channel/draft_channel.h) and becomes the live draft; one that fails is not
 // published and training goes on (the reason goes to the log and to
 // specloop_train_checkpoints_rejected_total{reason}).
 //
@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "buffer/replay_reader.h"
-#include "common/llama_model.h"
-#include "common/metrics.h"
-#include "common/rng.h"
+#include "common/base/rng.h"
+#include "common/model/llama_model.h"
+#include "common/observe/metrics.h"
 #include "trainer/adamw.h"
 #include "trainer/alpha_estimate.h"
 #include "trainer/checkpoint_store.h"
@@ -66,12 +66,11 @@ struct TrainerOptions {
   // time for the same held-out alpha (0.5247 vs 0.5267; trainer/README.md).
   bool context_gradient = false;
   double half_life_seconds = 3600.0;  // recency half-life of online sampling. Default: 1 h.
-  // Age weighting of the domain mix (sampling and the gate's overall alpha). Default: 10 s,
-  // ~70 records at the domain-shift benchmark's rate. At 300 s new domains stayed
-  // under-trained for the first third of their phase; in five full runs at 10 s python, c and
-  // legal gained +0.26-0.38 (c +0.11 in one, held by the gate) and reached 90% of their
-  // phase-end alpha at 32.5-62.5% of the phase (README). With sparse traffic the mix follows
-  // the last few records.
+  // Age weighting of the domain mix (sampling and the gate's overall alpha). Default: 10 s, ~70
+  // records at the domain-shift benchmark's rate. At 300 s new domains stayed under-trained for the
+  // first third of their phase; in five full runs at 10 s python, c and legal gained +0.26-0.38 (c
+  // +0.11 in one, held by the gate) and reached 90% of their phase-end alpha at 32.5-62.5% of the
+  // phase (docs/benchmarks.md). With sparse traffic the mix follows the last few records.
   double traffic_half_life_seconds = 10.0;
   double min_domain_share = 0.05;     // domain weight floor (replay). Default: 0.05.
   double alpha_gap_boost = 20.0;      // domain weight boost per unit of alpha gap. Default: 20.

@@ -25,8 +25,8 @@
 
 #include <string>
 
-#include "common/metrics.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/observe/metrics.h"
 
 namespace specloop {
 namespace trainer {

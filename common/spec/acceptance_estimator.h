@@ -34,7 +34,7 @@ class AcceptanceEstimator {
   // Decayed tested tokens behind alpha(), the prior's included.
   double weight() const { return successes_ + failures_; }
   // Sets the estimate to `alpha` (clamped to [0, 1]), keeping its weight: a change detector
-  // re-baselines on the level it found (common/acceptance_drift.h).
+  // re-baselines on the level it found (common/observe/acceptance_drift.h).
   void Rebase(double alpha);
 
  private:

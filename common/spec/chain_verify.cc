@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "common/sampling.h"
+#include "common/base/sampling.h"
 #include "common/spec/distribution.h"
 
 namespace specloop {

@@ -13,8 +13,8 @@
 
 #include <vector>
 
-#include "common/rng.h"
-#include "common/status.h"
+#include "common/base/rng.h"
+#include "common/base/status.h"
 
 namespace specloop {
 namespace spec {
@@ -46,7 +46,7 @@ Status VerifyChain(int k, int vocab, const int* draft_tokens, const float* draft
                    const float* target_probs, Rng* rng, ChainOutcome* out);
 
 // Greedy fast path (target temperature 0): accepts draft_tokens[i] iff it equals
-// argmax(target_scores row i) (lowest id on ties, as common/sampling.h's Argmax); at the first
+// argmax(target_scores row i) (lowest id on ties, as common/base/sampling.h's Argmax); at the first
 // mismatch emits that argmax; after k matches emits the argmax of row k. No draft
 // distribution and no randomness are needed, and the emitted tokens are exactly the target's
 // own greedy decoding. Rows may be logits or probabilities: only their argmax is used.

@@ -1,13 +1,13 @@
 // Small helpers over discrete distributions, shared by the verifiers in common/spec.
 //
-// Verifiers take float rows (the processed distributions of common/sampling.h) and work in
+// Verifiers take float rows (the processed distributions of common/base/sampling.h) and work in
 // double internally, so that residuals of residuals (recursive rejection sampling) do not
 // accumulate float rounding. Rows need not sum exactly to 1: they are normalized first.
 #pragma once
 
 #include <vector>
 
-#include "common/rng.h"
+#include "common/base/rng.h"
 
 namespace specloop {
 namespace spec {

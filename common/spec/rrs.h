@@ -12,9 +12,9 @@
 
 #include <vector>
 
-#include "common/rng.h"
+#include "common/base/rng.h"
+#include "common/base/status.h"
 #include "common/spec/multi_draft.h"
-#include "common/status.h"
 
 namespace specloop {
 namespace spec {

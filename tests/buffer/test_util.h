@@ -6,7 +6,7 @@
 
 #include "buffer/half.h"
 #include "buffer/record.h"
-#include "common/rng.h"
+#include "common/base/rng.h"
 #include "tests/testing/temp_dir.h"
 
 namespace specloop {

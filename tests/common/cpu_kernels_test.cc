@@ -1,4 +1,4 @@
-#include "common/cpu_kernels.h"
+#include "common/kernels/cpu_kernels.h"
 
 #include <algorithm>
 #include <cmath>

@@ -13,9 +13,9 @@
 #include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
 
-#include "common/generate.h"
-#include "common/llama2c_convert.h"
-#include "common/tokenizer.h"
+#include "common/engine/generate.h"
+#include "common/model/llama2c_convert.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/common/test_models.h"
 
 namespace specloop {

@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/hf_tokenizer.h"
-#include "common/model_config.h"
+#include "common/tokenizer/hf_tokenizer.h"
+#include "common/tokenizer/model_config.h"
 #include "tests/testing/temp_dir.h"
 
 namespace specloop {

@@ -3,7 +3,7 @@
 // validation document of the corpus, on edge cases and on 1000 random strings of troublesome
 // pieces. npm installs the packages into the build
 // tree at test time; if it cannot, the tests fail, naming the cause.
-#include "common/hf_tokenizer.h"
+#include "common/tokenizer/hf_tokenizer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "common/linear_kernels.h"
+#include "common/kernels/linear_kernels.h"
 
 #include <cmath>
 #include <cstring>

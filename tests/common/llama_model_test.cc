@@ -1,6 +1,6 @@
 // The forward's invariants on tiny random models: incremental decoding, batching and cache
 // truncation all give the logits of one plain full forward.
-#include "common/llama_model.h"
+#include "common/model/llama_model.h"
 
 #include <gtest/gtest.h>
 

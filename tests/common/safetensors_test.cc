@@ -1,5 +1,5 @@
 // Bad weight files give clear errors naming the file and tensor, never a crash.
-#include "common/safetensors.h"
+#include "common/model/safetensors.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/llama_model.h"
+#include "common/model/llama_model.h"
 #include "tests/common/test_models.h"
 
 namespace specloop {

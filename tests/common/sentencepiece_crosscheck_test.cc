@@ -7,7 +7,7 @@
 
 #include <sentencepiece_processor.h>
 
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace specloop {
 namespace {

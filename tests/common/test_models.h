@@ -6,8 +6,8 @@
 
 #include <ATen/ATen.h>
 
-#include "common/llama_model.h"
-#include "common/model_config.h"
+#include "common/model/llama_model.h"
+#include "common/tokenizer/model_config.h"
 #include "tests/testing/temp_dir.h"
 
 namespace specloop::testing {

@@ -5,7 +5,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "common/hf_tokenizer.h"
+#include "common/tokenizer/hf_tokenizer.h"
 #include "serve/commands.h"
 #include "tests/common/npm_tokenizers.h"
 #include "tests/testing/temp_dir.h"

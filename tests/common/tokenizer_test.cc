@@ -1,11 +1,11 @@
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
-#include "common/bpe_tokenizer.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 #include "tests/common/test_models.h"
 
 namespace specloop {

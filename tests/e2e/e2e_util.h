@@ -23,7 +23,7 @@
 
 #include <httplib.h>
 
-#include "common/free_port.h"
+#include "common/base/free_port.h"
 #include "tests/testing/temp_dir.h"
 
 namespace specloop {

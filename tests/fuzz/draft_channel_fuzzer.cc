@@ -1,4 +1,4 @@
-// The draft channel's parsers (common/draft_channel.h): what a worker receives from the
+// The draft channel's parsers (common/channel/draft_channel.h): what a worker receives from the
 // trainer's sockets. Each input goes through all three: an announcement's JSON, a version
 // directory name, and a checkpoint bundle (unpacked into a scratch directory). What parses
 // must round-trip: the announcement through ToJson, the version through VersionDirName, and
@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-#include "common/draft_channel.h"
+#include "common/channel/draft_channel.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace specloop;

@@ -78,7 +78,7 @@ def record_seeds():
     write("record", "header_only", good[:6])
 
 
-# ---- safetensors headers (common/safetensors_header.h) ----
+# ---- safetensors headers (common/base/safetensors_header.h) ----
 
 def safetensors(header, data=b""):
     h = json.dumps(header).encode()
@@ -105,7 +105,7 @@ def safetensors_seeds():
     write(w, "shape_above_int64", safetensors({"x": {"dtype": "I32", "shape": [18446744073709551615, 0], "data_offsets": [0, 0]}}))
 
 
-# ---- config.json (common/model_config.h) ----
+# ---- config.json (common/tokenizer/model_config.h) ----
 
 def config_seeds():
     for m in ("target-6m", "draft-prose-1m", "draft-mix-1m"):
@@ -121,7 +121,7 @@ def config_seeds():
     write("model_config", "negative_head_dim", json.dumps(dict(base, head_dim=-2)))
 
 
-# ---- draft channel (common/draft_channel.h) ----
+# ---- draft channel (common/channel/draft_channel.h) ----
 
 def bundle(files):
     out = b"SPECLOOP-CKPT 1\n"
@@ -149,7 +149,7 @@ def channel_seeds():
     write(w, "bundle_size_overflow", b"SPECLOOP-CKPT 1\nconfig.json 2111111111111111111110\n{}")
 
 
-# ---- tokenizers (common/tokenizer.h): first byte picks the tokenizer ----
+# ---- tokenizers (common/tokenizer/tokenizer.h): first byte picks the tokenizer ----
 
 def tokenizer_seeds():
     texts = {

@@ -1,7 +1,7 @@
-// config.json (common/model_config.h): the architecture a user's model directory declares.
-// A config that parses must be one the engine can build: positive sizes, whole heads and
+// config.json (common/tokenizer/model_config.h): the architecture a user's model directory
+// declares. A config that parses must be one the engine can build: positive sizes, whole heads and
 // groups, an even head_dim; and its ToJson() must parse back to the same sizes.
-#include "common/model_config.h"
+#include "common/tokenizer/model_config.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace specloop;

@@ -1,9 +1,9 @@
-// Safetensors headers (common/safetensors_header.h): the first bytes of a model file a user
+// Safetensors headers (common/base/safetensors_header.h): the first bytes of a model file a user
 // points the server at. Every entry that parses must lie inside the file and hold exactly its
 // shape's bytes, so ReadSafetensors can view it without reading out of bounds.
 #include <algorithm>
 
-#include "common/safetensors_header.h"
+#include "common/base/safetensors_header.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace specloop;

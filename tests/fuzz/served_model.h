@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "common/model_config.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/model_config.h"
+#include "common/tokenizer/tokenizer.h"
 #include "serve/completion_params.h"
 #include "tests/fuzz/fuzz_util.h"
 

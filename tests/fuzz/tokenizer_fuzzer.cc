@@ -1,16 +1,16 @@
-// Tokenizers (common/tokenizer.h) on arbitrary input: the sentencepiece BPE of target-6m and
-// the llama2.c tokenizer of stories260K, from ../shared. The first byte picks the tokenizer;
-// the rest is read twice: as text to encode (every id below vocab_size) and as little-endian
-// int32 ids to decode, any value included (out-of-range ids decode to ""). Decoding id by id
-// (as streaming does) must give the same text as decoding all at once, and
-// CompleteUtf8Prefix must cut inside the text.
+// Tokenizers (common/tokenizer/tokenizer.h) on arbitrary input: the sentencepiece BPE of target-6m
+// and the llama2.c tokenizer of stories260K, from ../shared. The first byte picks the tokenizer;
+// the rest is read twice: as text to encode (every id below vocab_size) and as little-endian int32
+// ids to decode, any value included (out-of-range ids decode to ""). Decoding id by id (as
+// streaming does) must give the same text as decoding all at once, and CompleteUtf8Prefix must cut
+// inside the text.
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "common/bpe_tokenizer.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/bpe_tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace specloop;

@@ -1,7 +1,7 @@
 // Tests of common/acceptance_drift: window closed forms, step changes detected within a bound,
 // no false alarm on stationary streams (and a mis-tuned detector that does false-alarm), no
 // reading or event moved by a change of k alone, the bounded domain map.
-#include "common/acceptance_drift.h"
+#include "common/observe/acceptance_drift.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/rng.h"
+#include "common/base/rng.h"
 
 namespace specloop {
 namespace {

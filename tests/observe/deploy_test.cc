@@ -37,7 +37,7 @@ std::set<std::string> Matches(const std::string& text, const std::string& re, in
 std::set<std::string> ExportedFamilies() {
   const std::string src = Read(SPECLOOP_SOURCE_DIR "/serve/serving_metrics.cc") +
                           Read(SPECLOOP_SOURCE_DIR "/trainer/trainer_metrics.cc") +
-                          Read(SPECLOOP_SOURCE_DIR "/common/process_metrics.cc");
+                          Read(SPECLOOP_SOURCE_DIR "/common/observe/process_metrics.cc");
   return Matches(src, "\"((specloop|process)_[a-z0-9_]+)\"", 1);
 }
 

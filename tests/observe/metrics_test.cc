@@ -1,7 +1,7 @@
 // Tests of common/metrics: exposition golden text, promtool acceptance (escaping, unicode,
 // histograms), registration rules, the cardinality cap, and exact counts under concurrency.
-#include "common/metrics.h"
-#include "common/process_metrics.h"
+#include "common/observe/metrics.h"
+#include "common/observe/process_metrics.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

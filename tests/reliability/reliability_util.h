@@ -15,8 +15,8 @@
 
 #include <httplib.h>
 
-#include "common/draft_channel.h"
-#include "common/model_config.h"
+#include "common/channel/draft_channel.h"
+#include "common/tokenizer/model_config.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/serve/test_util.h"
 

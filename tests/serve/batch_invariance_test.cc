@@ -28,8 +28,8 @@
 
 #include <c10/core/InferenceMode.h>
 
-#include "common/llama_model.h"
-#include "common/tokenizer.h"
+#include "common/model/llama_model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/serve/test_util.h"
 

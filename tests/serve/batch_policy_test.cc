@@ -1,9 +1,9 @@
-// The batch side of SpeculationPolicy (common/speculation_policy.h) over a StepCostTable: it
+// The batch side of SpeculationPolicy (common/spec/speculation_policy.h) over a StepCostTable: it
 // must turn speculation down and off as the batch grows, and probe less often in big batches.
 #include <gtest/gtest.h>
 
-#include "common/speculation_policy.h"
-#include "common/step_cost_table.h"
+#include "common/spec/speculation_policy.h"
+#include "common/spec/step_cost_table.h"
 
 namespace specloop {
 namespace {

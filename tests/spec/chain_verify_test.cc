@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/sampling.h"
+#include "common/base/sampling.h"
 #include "common/spec/acceptance.h"
 #include "common/spec/distribution.h"
 #include "tests/spec/cases.h"

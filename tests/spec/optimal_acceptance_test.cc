@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/rng.h"
+#include "common/base/rng.h"
 #include "common/spec/greedy_multi_draft.h"
 #include "common/spec/rrs.h"
 

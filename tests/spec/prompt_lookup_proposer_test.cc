@@ -1,4 +1,4 @@
-#include "common/prompt_lookup_proposer.h"
+#include "common/spec/prompt_lookup_proposer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Tests of common/sampling (the processed distributions p and q that every verifier compares).
-#include "common/sampling.h"
+#include "common/base/sampling.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <numeric>
 #include <vector>
 
-#include "common/rng.h"
+#include "common/base/rng.h"
 #include "tests/spec/stat_util.h"
 
 namespace specloop {

@@ -1,4 +1,4 @@
-#include "common/speculation_policy.h"
+#include "common/spec/speculation_policy.h"
 
 #include <algorithm>
 #include <functional>

@@ -1,6 +1,6 @@
 // Speculative decoding end to end: greedy output equals plain greedy output on the fixture
 // models, and sampled output follows the target's distribution exactly on tiny models.
-#include "common/speculative_decoder.h"
+#include "common/engine/speculative_decoder.h"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 #include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
 
-#include "common/draft_model_proposer.h"
-#include "common/prompt_lookup_proposer.h"
-#include "common/tokenizer.h"
+#include "common/engine/draft_model_proposer.h"
+#include "common/spec/prompt_lookup_proposer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/common/test_models.h"
 #include "tests/spec/stat_util.h"
 

@@ -1,4 +1,4 @@
-#include "common/step_cost_table.h"
+#include "common/spec/step_cost_table.h"
 
 #include <gtest/gtest.h>
 

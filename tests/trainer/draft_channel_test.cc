@@ -1,7 +1,7 @@
 // The draft channel end to end over loopback TCP: announcement, "latest", chunked fetch with
 // sha256 verification, late subscribers, bad requests, CURVE, and a fake publisher that
 // serves truncated or altered bytes.
-#include "common/draft_channel.h"
+#include "common/channel/draft_channel.h"
 
 #include <gtest/gtest.h>
 #include <zmq.h>
@@ -15,8 +15,8 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "common/model_config.h"
-#include "common/rng.h"
+#include "common/base/rng.h"
+#include "common/tokenizer/model_config.h"
 #include "tests/trainer/test_util.h"
 
 namespace specloop {

@@ -1,5 +1,5 @@
 // A logged position's acceptance under its request's sampling (trainer/processed_acceptance.h),
-// against the exact processed distributions of full random rows (common/sampling.h).
+// against the exact processed distributions of full random rows (common/base/sampling.h).
 #include "trainer/processed_acceptance.h"
 
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <numeric>
 #include <vector>
 
-#include "common/rng.h"
+#include "common/base/rng.h"
 #include "trainer/distill_loss.h"
 
 namespace specloop {

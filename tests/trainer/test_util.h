@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "buffer/replay_logger.h"
-#include "common/llama_model.h"
+#include "common/model/llama_model.h"
 #include "tests/testing/temp_dir.h"
 #include "trainer/synthetic_traffic.h"
 

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "buffer/replay_logger.h"
-#include "common/draft_channel.h"
+#include "common/channel/draft_channel.h"
 #include "tests/trainer/test_util.h"
 #include "trainer/synthetic_traffic.h"
 

@@ -1,0 +1,92 @@
+// DraftModelProposer: drafts with a small LlamaModel sharing the target's vocabulary, one token
+// per forward, each drawn from the draft's processed distribution q (the request's sampling
+// params) or, under greedy decoding, its argmax. Keeps the draft's KV cache in step with the
+// committed context, rolling back rejected drafts.
+//
+// Early stop: drafting ends at a position where the draft's most likely token has probability
+// below `min_confidence` (the draft is unsure there, and its token is likely rejected), so a
+// block may be shorter than asked. The decision reads q before the token is drawn, so a kept
+// token still follows q and verification stays exact (as llama.cpp's --draft-p-min). Chains
+// only: trees ignore it.
+//
+// Trees (set_tree_branching): depth d of the tree gives each node branching[d] children, drawn
+// from the draft's distribution without replacement (greedy: its top tokens); one batched draft
+// forward per level with tree attention. A block of depth k is asked for with max_k = k.
+#pragma once
+
+#include <vector>
+
+#include "common/base/sampling.h"
+#include "common/model/llama_model.h"
+#include "common/spec/proposer.h"
+
+namespace specloop {
+
+class DraftModelProposer : public Proposer {
+ public:
+  // REQUIRES: `draft` outlives this proposer and shares the target's vocabulary.
+  // `seed` seeds the draft's own random draws (independent of the target's).
+  DraftModelProposer(const LlamaModel* draft, const SamplingParams& sampling,
+                     float min_confidence = 0.0f);
+
+  void Propose(const std::vector<int>& context, int max_k, DraftBlock* out) override;
+  double last_propose_seconds() const override { return last_seconds_; }
+  int64_t CatchUpTokens(const std::vector<int>& context) const override;
+  CatchUp last_catch_up() const override { return last_catch_up_; }
+
+  // Points the proposer at another draft model (hot-swap): the cache is rebuilt on next use.
+  void SetDraft(const LlamaModel* draft);
+
+  // One Propose() for each of several sequences, their draft forwards batched: the first feeds
+  // every sequence's pending tokens in one forward, then each drafted position of all the
+  // chains still drafting in one forward. Each proposer drafts what its own Propose() would
+  // (the forward gives a row the same bits whatever else is in the batch); its
+  // last_propose_seconds() and last_catch_up() get its share of the forwards (split by rows).
+  // Tree proposers run their own Propose(). REQUIRES: every chain proposer has the same
+  // draft model.
+  struct BatchItem {
+    DraftModelProposer* proposer;
+    const std::vector<int>* context;
+    int max_k;
+    DraftBlock* out;
+  };
+  static void ProposeBatch(const std::vector<BatchItem>& items);
+
+  // Draft trees instead of chains: children per node at each depth (e.g. {3, 2, 1, 1}); empty
+  // for chains. Verification needs a tree-aware verifier (SpeculativeDecoder handles both).
+  void set_tree_branching(std::vector<int> branching) { branching_ = std::move(branching); }
+
+ private:
+  // The forward input feeding the context tokens the cache lacks (after rolling back what the
+  // context no longer has): its logits row is the next position's.
+  ForwardInput FeedInput(const std::vector<int>& context);
+  // Draws draft token i of a chain of at most max_k from the logits row `row` into `out`.
+  // Returns the token to feed for the next position, or -1 when the block ends here.
+  int Draw(const float* row, int i, int max_k, DraftBlock* out);
+  // Starts a block: clears `out` and the last block's timings.
+  void Begin(DraftBlock* out);
+  // Length of the longest prefix of `context` in the cache, short of its last token (which
+  // must be fed to get the next row).
+  size_t Kept(const std::vector<int>& context) const;
+
+  // Drafts a tree of depth <= max_k from `logits` (the row after the context) into `out`.
+  void ProposeTree(int max_k, at::Tensor logits, DraftBlock* out, int* forwards);
+  // Keeps in the cache only the path of the last tree that the context accepted.
+  void SettleTree(const std::vector<int>& context);
+
+  const LlamaModel* draft_;
+  std::vector<int> branching_;
+  // The last tree drafted, while its nodes sit in the cache: slot tree_past_ + i holds node i.
+  DraftBlock tree_;
+  int64_t tree_past_ = -1;
+  SamplingParams sampling_;
+  float min_confidence_;
+  Rng rng_;
+  KVCache cache_;
+  std::vector<int> cached_;  // the tokens in cache_, in order
+  std::vector<float> scratch_;
+  double last_seconds_ = 0.0;
+  CatchUp last_catch_up_;
+};
+
+}  // namespace specloop

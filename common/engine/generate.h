@@ -1,0 +1,63 @@
+// Plain autoregressive decoding: the baseline every speculative mode is measured against, and
+// the reference its greedy output must equal.
+#pragma once
+
+#include <vector>
+
+#include "common/base/sampling.h"
+#include "common/model/llama_model.h"
+
+namespace specloop {
+
+struct GenerateOptions {
+  // Most tokens to generate. Default: 128.
+  int max_tokens = 128;
+  // Temperature, top-k, top-p and seed. Default: greedy off (temperature 1).
+  SamplingParams sampling;
+  // Stop after emitting an EOS id of the model's config (the EOS is kept in the output).
+  // Default: true.
+  bool stop_at_eos = true;
+};
+
+struct GenerateResult {
+  std::vector<int> tokens;     // generated ids, prompt excluded
+  bool hit_eos = false;        // stopped on EOS
+  double prefill_seconds = 0;  // prompt forward, to the first token
+  double decode_seconds = 0;   // the rest
+};
+
+// Decodes from `prompt` (ids, BOS included when the model wants one). Stops at max_tokens, EOS
+// or the context limit. REQUIRES: prompt non-empty and shorter than the context limit.
+GenerateResult GeneratePlain(const LlamaModel& model, const std::vector<int>& prompt,
+                             const GenerateOptions& options);
+
+// GeneratePlain one token at a time, for callers that interleave it with other work (spec_bench
+// steps decoders in lockstep, so that they share the machine's state). `model` must outlive it.
+class PlainGeneration {
+ public:
+  // Runs the prompt (prefill_seconds) and samples the first token; max_tokens <= 0: finished.
+  PlainGeneration(const LlamaModel& model, const std::vector<int>& prompt,
+                  const GenerateOptions& options);
+  bool finished() const { return finished_; }
+  // One forward and one token, timed into decode_seconds. REQUIRES: !finished().
+  void Step();
+  const GenerateResult& result() const { return result_; }
+
+ private:
+  // Samples from the forward's logits; stops at EOS, max_tokens or a full context.
+  void Sample(const at::Tensor& logits);
+
+  const LlamaModel& model_;
+  GenerateOptions options_;
+  KVCache cache_;
+  Rng rng_;
+  std::vector<float> scratch_;
+  GenerateResult result_;
+  bool finished_ = false;
+};
+
+// Samples one token from a row of float32 logits under `params` (greedy: argmax).
+int SampleToken(const float* logits, int vocab, const SamplingParams& params, Rng* rng,
+                std::vector<float>* scratch);
+
+}  // namespace specloop

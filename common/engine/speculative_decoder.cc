@@ -1,0 +1,453 @@
+#include "common/engine/speculative_decoder.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <c10/core/InferenceMode.h>
+
+#include "common/spec/acceptance.h"
+#include "common/spec/optimal_acceptance.h"
+#include "common/spec/rrs.h"
+
+
+namespace specloop {
+
+using Clock = std::chrono::steady_clock;
+
+void SpeculativeStats::Add(const SpeculativeStats& o) {
+  steps += o.steps;
+  drafted += o.drafted;
+  accepted += o.accepted;
+  tested += o.tested;
+  emitted += o.emitted;
+  k_sum += o.k_sum;
+  optimal += o.optimal;
+  optimal_positions += o.optimal_positions;
+  if (accepted_at.size() < o.accepted_at.size()) accepted_at.resize(o.accepted_at.size());
+  for (size_t i = 0; i < o.accepted_at.size(); ++i) accepted_at[i] += o.accepted_at[i];
+}
+
+SpeculativeDecoder::SpeculativeDecoder(const LlamaModel* target, Proposer* proposer,
+                                       std::vector<int> prompt, const GenerateOptions& options)
+    : target_(target),
+      proposer_(proposer),
+      options_(options),
+      rng_(options.sampling.seed),
+      cache_(target->NewCache(prompt.size() + options.max_tokens + 16)),
+      tokens_(std::move(prompt)),
+      prompt_len_(tokens_.size()),
+      verifier_(&spec::VerifyChain),
+      multi_verifier_(&spec::VerifyRecursiveRejection) {
+  c10::InferenceMode guard;
+  TORCH_CHECK(!tokens_.empty(), "empty prompt");
+  finished_ = options_.max_tokens <= 0;
+  // Prefill all but the last prompt token: the last one is fed with the first draft block.
+  if (tokens_.size() > 1) {
+    std::vector<int64_t> feed(tokens_.begin(), tokens_.end() - 1);
+    target_->Forward({{&cache_, std::move(feed), false}});
+    cached_.assign(tokens_.begin(), tokens_.end() - 1);
+  }
+}
+
+std::vector<int> SpeculativeDecoder::generated() const {
+  return std::vector<int>(tokens_.begin() + prompt_len_, tokens_.end());
+}
+
+void SpeculativeDecoder::Propose(int k) {
+  k = BeginPropose(k);
+  proposer_->Propose(tokens_, k, &draft_);
+  EndPropose();
+}
+
+int SpeculativeDecoder::BeginPropose(int k) {
+  // Cache slots left beside the pending token: the most draft tokens a step can score.
+  const int64_t room =
+      target_->config().max_position_embeddings - static_cast<int64_t>(tokens_.size());
+  last_k_ = static_cast<int>(std::clamp<int64_t>(k, 0, room));
+  draft_.Clear();
+  return last_k_;
+}
+
+void SpeculativeDecoder::EndPropose() {
+  // A block that would not fit (a tree's nodes, or a proposer overshooting k) is dropped: the
+  // step decodes plainly.
+  const int64_t room =
+      target_->config().max_position_embeddings - static_cast<int64_t>(tokens_.size());
+  const int64_t n = draft_.tokens.size();
+  if (n > room || (!draft_.is_tree() && n > last_k_)) draft_.Clear();
+}
+
+ForwardInput SpeculativeDecoder::TargetInput() {
+  ForwardInput in{&cache_, std::vector<int64_t>(tokens_.begin() + cached_.size(), tokens_.end()),
+                  true};
+  const int c = in.tokens.size();  // catch-up tokens: the pending one, after a prompt more
+  in.tokens.insert(in.tokens.end(), draft_.tokens.begin(), draft_.tokens.end());
+  if (draft_.is_tree()) {
+    for (int j = 0; j < c; ++j) in.parents.push_back(j - 1);
+    for (int p : draft_.parents) in.parents.push_back(p < 0 ? c - 1 : c + p);
+  }
+  return in;
+}
+
+void SpeculativeDecoder::VerifyTree(const at::Tensor& logits, spec::ChainOutcome* outcome,
+                                    std::vector<int>* path) {
+  const int V = target_->config().vocab_size;
+  const int k = draft_.tokens.size();
+  const int c = logits.size(0) - k;  // catch-up rows come first; row c - 1: the pending token
+  at::Tensor rows = logits.contiguous();
+  const float* r = rows.data_ptr<float>();
+  outcome->tokens.clear();
+  outcome->num_accepted = 0;
+  for (int j = 0; j < c; ++j) path->push_back(j);
+  std::vector<int> children, drafts;
+  std::vector<float>& p = row_;
+  for (int node = -1, row = c - 1;;) {
+    children.clear();
+    drafts.clear();
+    for (int i = 0; i < k; ++i) {
+      if (draft_.parents[i] == node) {
+        children.push_back(i);
+        drafts.push_back(draft_.tokens[i]);
+      }
+    }
+    const float* logits_row = r + static_cast<size_t>(row) * V;
+    int accepted = -1, token;
+    if (options_.sampling.greedy()) {
+      token = Argmax(logits_row, V);
+      for (size_t j = 0; j < drafts.size(); ++j) {
+        if (drafts[j] == token) accepted = j;
+      }
+    } else {
+      ProcessedDistribution(logits_row, V, options_.sampling, &p);
+      if (children.empty()) {  // a leaf: the bonus token
+        token = SampleFrom(p.data(), V, &rng_);
+      } else {
+        spec::MultiDraftOutcome m;
+        const float* q = draft_.probs.data() + static_cast<size_t>(node + 1) * V;
+        Status s = multi_verifier_(V, drafts, q, p.data(), &rng_, &m);
+        TORCH_CHECK(s.ok(), "tree verification failed: ", s.ToString());
+        token = m.token;
+        accepted = m.accepted_index;
+      }
+    }
+    if (!children.empty()) {
+      ++last_tested_;
+      if (options_.sampling.greedy()) {
+        last_optimal_.expected += accepted >= 0 ? 1.0 : 0.0;
+        last_optimal_.positions++;
+      } else if (drafts.size() <= 2) {
+        const float* q = draft_.probs.data() + static_cast<size_t>(node + 1) * V;
+        last_optimal_.expected +=
+            spec::OptimalAcceptanceWithoutReplacement(drafts.size(), V, p.data(), q);
+        last_optimal_.positions++;
+      }
+    }
+    outcome->tokens.push_back(token);
+    if (accepted < 0) return;
+    node = children[accepted];
+    row = c + node;
+    path->push_back(c + node);
+    outcome->num_accepted++;
+  }
+}
+
+std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
+  const int V = target_->config().vocab_size;
+  const int k = static_cast<int>(draft_.tokens.size());
+  spec::ChainOutcome outcome;
+  const size_t before = tokens_.size();
+  last_optimal_ = OptimalAcceptance();
+  last_tested_ = 0;
+  if (draft_.is_tree()) {
+    // Keep the catch-up tokens and the accepted path in the cache, in order.
+    std::vector<int> path;
+    VerifyTree(logits, &outcome, &path);
+    const int64_t past = cached_.size();
+    cache_.KeepPath(past, path);
+    cached_.insert(cached_.end(), tokens_.begin() + cached_.size(), tokens_.end());
+    for (size_t j = 0; j + 1 < outcome.tokens.size(); ++j) cached_.push_back(outcome.tokens[j]);
+    return Emit(outcome, k, before);
+  }
+  // The rows that matter: the last k + 1 (earlier ones, if any, scored catch-up tokens).
+  at::Tensor rows = logits.narrow(0, logits.size(0) - (k + 1), k + 1).contiguous();
+  const float* r = rows.data_ptr<float>();
+  Status s;
+  if (k == 0) {
+    // Nothing drafted: plain decoding's step, by its own sampler on this stream (the same law
+    // as verifying an empty block, without a second copy of p in double precision).
+    outcome.tokens.assign(1, SampleToken(r, V, options_.sampling, &rng_, &row_));
+  } else if (options_.sampling.greedy()) {
+    s = spec::VerifyChainGreedy(k, V, draft_.tokens.data(), r, &outcome);
+  } else {
+    p_.resize(static_cast<size_t>(k + 1) * V);
+    for (int i = 0; i <= k; ++i) {
+      ProcessedDistribution(r + static_cast<size_t>(i) * V, V, options_.sampling, &row_);
+      std::copy(row_.begin(), row_.end(), p_.begin() + static_cast<size_t>(i) * V);
+    }
+    s = verifier_(k, V, draft_.tokens.data(), draft_.probs.data(), p_.data(), &rng_, &outcome);
+  }
+  TORCH_CHECK(s.ok(), "verification failed: ", s.ToString());
+  if (k > 0) {
+    const int tested = outcome.num_accepted + (outcome.num_accepted < k ? 1 : 0);
+    last_tested_ = tested;
+    last_optimal_.positions = tested;
+    if (options_.sampling.greedy()) {
+      last_optimal_.expected = outcome.num_accepted;  // one-hot p and q: min sums to agreement
+    } else {
+      for (int i = 0; i < tested; ++i) {
+        last_optimal_.expected += spec::AcceptanceRate(
+            p_.data() + static_cast<size_t>(i) * V, draft_.probs.data() + static_cast<size_t>(i) * V, V);
+      }
+    }
+  }
+
+  // What the target's cache now holds: the catch-up tokens and the whole draft block.
+  cached_.insert(cached_.end(), tokens_.begin() + cached_.size(), tokens_.end());
+  cached_.insert(cached_.end(), draft_.tokens.begin(), draft_.tokens.end());
+  return Emit(outcome, k, before);
+}
+
+std::vector<int> SpeculativeDecoder::Emit(const spec::ChainOutcome& outcome, int k,
+                                          size_t before) {
+  last_accepted_ = outcome.num_accepted;
+  stats_.steps++;
+  stats_.drafted += k;
+  stats_.accepted += outcome.num_accepted;
+  stats_.tested += last_tested_;
+  stats_.emitted += outcome.tokens.size();
+  stats_.k_sum += last_k_;
+  stats_.optimal += last_optimal_.expected;
+  stats_.optimal_positions += last_optimal_.positions;
+  if (stats_.accepted_at.size() < static_cast<size_t>(outcome.num_accepted)) {
+    stats_.accepted_at.resize(outcome.num_accepted);
+  }
+  if (!draft_.is_tree() && static_cast<int>(stats_.accepted_at.size()) < k) {
+    stats_.accepted_at.resize(k);
+  }
+  for (int i = 0; i < outcome.num_accepted; ++i) stats_.accepted_at[i]++;
+
+  // Emit, cutting at EOS, max_tokens and the context limit.
+  const int limit = target_->config().max_position_embeddings;
+  std::vector<int> emitted;
+  for (int t : outcome.tokens) {
+    tokens_.push_back(t);
+    emitted.push_back(t);
+    const size_t generated = tokens_.size() - prompt_len_;
+    if (options_.stop_at_eos && target_->config().IsEos(t)) {
+      hit_eos_ = finished_ = true;
+      break;
+    }
+    if (generated >= static_cast<size_t>(options_.max_tokens) ||
+        tokens_.size() >= static_cast<size_t>(limit)) {
+      finished_ = true;
+      break;
+    }
+  }
+  // Roll the cache back to the longest prefix it shares with the committed tokens.
+  size_t keep = before - 1;  // everything before the old pending token was committed already
+  while (keep < cached_.size() && keep < tokens_.size() && cached_[keep] == tokens_[keep]) ++keep;
+  keep = std::min(keep, tokens_.size() - 1);  // the new pending token stays out
+  cache_.Truncate(keep);
+  cached_.resize(keep);
+  return emitted;
+}
+
+// Prefill: the prompt but its last token, in the target. The draft catches up on the prompt
+// when it first drafts (work only speculation needs: decode time, and the policy's to price).
+SpeculativeGeneration::SpeculativeGeneration(const LlamaModel& target, Proposer* proposer,
+                                             const std::vector<int>& prompt,
+                                             const SpeculativeOptions& options)
+    : target_(target), proposer_(proposer), options_(options), prompt_len_(prompt.size()) {
+  TORCH_CHECK(!options.policy || options.costs, "SpeculativeOptions: a policy needs costs");
+  const auto t0 = Clock::now();
+  decoder_ = std::make_unique<SpeculativeDecoder>(&target, proposer, prompt, options.generate);
+  prefill_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+GenerateResult SpeculativeGeneration::result() const {
+  GenerateResult r;
+  r.tokens = decoder_->generated();
+  r.hit_eos = decoder_->hit_eos();
+  r.prefill_seconds = prefill_seconds_;
+  r.decode_seconds = decode_seconds_;
+  return r;
+}
+
+void SpeculativeGeneration::Step() {
+  c10::InferenceMode guard;
+  SpeculationPolicy* policy = options_.policy;
+  StepCostTable* costs = options_.costs;
+  const auto t0 = Clock::now();
+  SpeculativeDecoder& decoder = *decoder_;
+  const std::vector<int>& tokens = decoder.tokens();
+  const int64_t remaining =
+      options_.generate.max_tokens - static_cast<int64_t>(tokens.size() - prompt_len_);
+  const int64_t context = static_cast<int64_t>(tokens.size()) - 1;  // the target's cache
+  const int k = policy ? policy->ChooseK(*costs, 1, context, proposer_->CatchUpTokens(tokens),
+                                         remaining)
+                       : options_.k;
+  decoder.Propose(k);
+  ForwardInput in = decoder.TargetInput();
+  const int positions = in.tokens.size();
+  // A forward's cost includes the verifier's work over its rows.
+  const auto f0 = Clock::now();
+  decoder.Commit(target_.Forward({std::move(in)}).to(at::kCPU));
+  const double forward_s = std::chrono::duration<double>(Clock::now() - f0).count();
+  const int drafted = decoder.draft().tokens.size();
+  if (costs) {
+    const Proposer::CatchUp catch_up = proposer_->last_catch_up();
+    const double draft_s = proposer_->last_propose_seconds();
+    costs->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
+    // Each row attends to the cache and to the rows before it.
+    const double attended = positions * static_cast<double>(context) +
+                            positions * (positions - 1) / 2.0;
+    costs->ObserveTarget(positions, attended, forward_s, draft_s > 0 || catch_up.tokens > 0);
+    if (drafted > 0 && draft_s > 0) costs->ObserveDraft(1, draft_s / drafted);
+  }
+  if (policy) policy->ObserveStep(drafted, decoder.last_accepted());
+  decode_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
+                                   const std::vector<int>& prompt,
+                                   const SpeculativeOptions& options, SpeculativeStats* stats) {
+  SpeculativeGeneration g(target, proposer, prompt, options);
+  while (!g.finished()) g.Step();
+  if (stats) *stats = g.stats();
+  return g.result();
+}
+
+double VerificationSecondsPerRow(int vocab, const SamplingParams& sampling) {
+  if (sampling.greedy()) return 0.0;  // an argmax: noise next to a forward
+  std::vector<float> logits(vocab), p;
+  Rng rng(1);
+  for (float& x : logits) x = static_cast<float>(rng.Uniform() * 10.0);
+  const int reps = 16;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) ProcessedDistribution(logits.data(), vocab, sampling, &p);
+  return std::chrono::duration<double>(Clock::now() - t0).count() / reps;
+}
+
+namespace {
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k_max,
+                        StepCostTable* costs, const CalibrationOptions& options) {
+  c10::InferenceMode guard;
+  const int plain_run = 16;  // plain decoding's forwards timed back to back
+  const int room = std::max(k_max + 1, plain_run);  // cache beyond the context
+  const int context =
+      std::max(1, std::min(options.context, target.config().max_position_embeddings - room - 1));
+  const int short_context = options.short_context;
+  const bool two = short_context >= 1 && short_context < context;
+  auto input = [](KVCache* cache, int n, bool all_logits) {
+    ForwardInput in;
+    in.cache = cache;
+    in.tokens.assign(n, 3);
+    in.all_logits = all_logits;
+    return in;
+  };
+  auto prefilled = [&](const LlamaModel& m, int tokens) {
+    KVCache c = m.NewCache(tokens + room);
+    m.Forward({input(&c, tokens, false)});
+    return c;
+  };
+  auto seconds = [&](const LlamaModel& m, std::vector<KVCache>* caches, int n, int64_t past) {
+    std::vector<ForwardInput> in;
+    for (KVCache& c : *caches) in.push_back(input(&c, n, n > 1));
+    const auto t0 = Clock::now();
+    m.Forward(in);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (KVCache& c : *caches) c.Truncate(past);
+    return s;
+  };
+  // Plain decoding, as it runs: one-row forwards back to back on a growing cache. Timed amid
+  // forwards of other sizes and caches they cost 8-10% more (target-6m).
+  auto plain = [&](std::vector<KVCache>* caches, int64_t past) {
+    std::vector<double> v;
+    for (int i = 0; i < plain_run; ++i) {
+      std::vector<ForwardInput> in;
+      for (KVCache& c : *caches) in.push_back(input(&c, 1, false));
+      const auto t0 = Clock::now();
+      target.Forward(in);
+      v.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    for (KVCache& c : *caches) c.Truncate(past);
+    return Median(v);
+  };
+  // Each scored row is also turned into a processed distribution (verification); each drafted
+  // token too (sampling it).
+  const double row = VerificationSecondsPerRow(target.config().vocab_size, options.sampling);
+
+  // One sequence: rounds over every size, so that a shared machine's load spreads over all
+  // sizes alike; each verification-sized forward after a draft forward, as decoding runs it
+  // (two models taking turns evict each other's weights from the CPU's caches).
+  std::vector<KVCache> longc, shortc, draftc;
+  longc.push_back(prefilled(target, context));
+  if (two) shortc.push_back(prefilled(target, short_context));
+  if (draft) {  // its prompt-sized catch-up, timed
+    draftc.push_back(draft->NewCache(context + room));
+    const auto t0 = Clock::now();
+    draft->Forward({input(&draftc[0], context, false)});
+    costs->ObserveCatchUp(context, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::vector<std::vector<double>> t(k_max + 2), t_short(k_max + 2);
+  std::vector<double> d;
+  for (int round = 0; round < 7; ++round) {
+    for (int n = 1; n <= k_max + 1; ++n) {
+      if (draft && n > 1) d.push_back(seconds(*draft, &draftc, 1, context));
+      t[n].push_back(seconds(target, &longc, n, context));
+      if (!two) continue;
+      if (draft && n > 1) d.push_back(seconds(*draft, &draftc, 1, context));
+      t_short[n].push_back(seconds(target, &shortc, n, short_context));
+    }
+  }
+  if (draft && d.empty()) d.push_back(seconds(*draft, &draftc, 1, context));
+  std::vector<double> at(k_max + 2), slopes;
+  for (int n = 1; n <= k_max + 1; ++n) {
+    at[n] = n == 1 ? plain(&longc, context) : Median(t[n]);
+    if (two) {
+      const double at_short = n == 1 ? plain(&shortc, short_context) : Median(t_short[n]);
+      slopes.push_back(std::max(0.0, at[n] - at_short) / (n * double(context - short_context)));
+    }
+  }
+  costs->set_context_slope(slopes.empty() ? 0.0 : Median(slopes));
+  for (int n = 1; n <= k_max + 1; ++n) {
+    costs->ObserveTarget(n, double(n) * context, at[n] + n * row, /*after_draft=*/true);
+  }
+  if (draft) costs->ObserveDraft(1, Median(d) + row);
+
+  // Batches (a server's): b sequences of n rows each, and the draft over b sequences.
+  std::vector<int> batches, sizes;
+  for (int b = 2; b < options.max_batch; b *= 2) batches.push_back(b);
+  if (options.max_batch >= 2) batches.push_back(options.max_batch);
+  for (int n : {1, 2, 3, 5, k_max + 1}) {
+    if (n <= k_max + 1 && std::find(sizes.begin(), sizes.end(), n) == sizes.end()) {
+      sizes.push_back(n);
+    }
+  }
+  for (int b : batches) {
+    std::vector<KVCache> caches, dcaches;
+    for (int i = 0; i < b; ++i) caches.push_back(prefilled(target, context));
+    for (int n : sizes) {
+      std::vector<double> v;
+      if (n == 1) {
+        v.push_back(plain(&caches, context));
+      } else {
+        for (int rep = 0; rep < 3; ++rep) v.push_back(seconds(target, &caches, n, context));
+      }
+      costs->ObserveTarget(b * n, double(b) * n * context, Median(v) + b * n * row, true);
+    }
+    if (!draft) continue;
+    for (int i = 0; i < b; ++i) dcaches.push_back(prefilled(*draft, context));
+    std::vector<double> v;
+    for (int rep = 0; rep < 3; ++rep) v.push_back(seconds(*draft, &dcaches, 1, context));
+    costs->ObserveDraft(b, Median(v) + b * row);
+  }
+}
+
+}  // namespace specloop

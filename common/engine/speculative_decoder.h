@@ -1,0 +1,210 @@
+// SpeculativeDecoder: speculative decoding of one sequence, in three phases per step so that a
+// scheduler can batch the target's verification across sequences:
+//
+//   Propose(k)     the proposer drafts up to k tokens;
+//   TargetInput()  the target forward this step needs: the pending token plus the drafts, all
+//                  k + 1 rows of logits;
+//   Commit(rows)   verification (common/spec: exact rejection sampling, or greedy) over those
+//                  rows; emits accepted drafts plus one recovered or bonus token, and rolls the
+//                  target's cache back past rejected drafts.
+//
+// The emitted sequence follows the target's processed distribution exactly (greedy: equals the
+// target's own greedy decoding), whatever the proposer drafts.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/engine/generate.h"
+#include "common/model/llama_model.h"
+#include "common/spec/chain_verify.h"
+#include "common/spec/multi_draft.h"
+#include "common/spec/proposer.h"
+#include "common/spec/speculation_policy.h"
+#include "common/spec/step_cost_table.h"
+
+namespace specloop {
+
+struct SpeculativeStats {
+  int64_t steps = 0;     // verification steps (target forwards after the prompt)
+  int64_t drafted = 0;   // draft tokens proposed
+  int64_t accepted = 0;  // draft tokens accepted
+  // Draft positions verification tested: the accepted ones and, where a block was cut short,
+  // its first rejection (a tree: the nodes with children on the accepted path).
+  int64_t tested = 0;
+  int64_t emitted = 0;   // tokens emitted by the steps (accepted + one per step, before cuts)
+  int64_t k_sum = 0;     // sum of the k asked for, for the mean
+  std::vector<int64_t> accepted_at;  // [i]: steps whose draft token i was accepted
+  // alpha* (common/spec/optimal_acceptance.h) over the positions verification tested: the
+  // optimal verifier's expected acceptances summed, and the positions (see last_optimal()).
+  double optimal = 0.0;
+  int64_t optimal_positions = 0;
+
+  // The per-token acceptance rate, accepted / tested (spec::AcceptanceEstimator's count, not
+  // accepted / drafted, which falls as k grows at a fixed per-token rate).
+  double acceptance_rate() const { return tested ? double(accepted) / tested : 0.0; }
+  // Mean tokens per target forward: 1 + mean accepted per step (vLLM's acceptance length).
+  double tokens_per_step() const { return steps ? double(emitted) / steps : 0.0; }
+  double k_mean() const { return steps ? double(k_sum) / steps : 0.0; }
+  void Add(const SpeculativeStats& o);
+};
+
+class SpeculativeDecoder {
+ public:
+  // Runs the prompt through the target (REQUIRES: non-empty, shorter than the context limit).
+  // `target` and `proposer` must outlive the decoder.
+  SpeculativeDecoder(const LlamaModel* target, Proposer* proposer, std::vector<int> prompt,
+                     const GenerateOptions& options);
+
+  bool finished() const { return finished_; }
+  // Generated tokens so far (prompt excluded).
+  std::vector<int> generated() const;
+  const std::vector<int>& tokens() const { return tokens_; }
+  bool hit_eos() const { return hit_eos_; }
+  const SpeculativeStats& stats() const { return stats_; }
+  const DraftBlock& draft() const { return draft_; }
+  // Draft tokens accepted by the last Commit().
+  int last_accepted() const { return last_accepted_; }
+  // alpha* of the last Commit(): for each position verification tested (a chain's accepted
+  // positions and its first rejection; a tree's nodes on the accepted path that had children),
+  // what the optimal verifier would accept in expectation for the drafts proposed there, summed
+  // into `expected` over `positions`. A chain position is sum min(p, q), equal to the
+  // verifier's own expectation; a tree node of n <= 2 children is
+  // OptimalAcceptanceWithoutReplacement (tree nodes of more children cost vocab^(n-1) and are
+  // left out). Greedy: 1 where the target's argmax is among the drafts, else 0. Cost: one pass
+  // over the vocabulary per chain position, one sort per tree node.
+  struct OptimalAcceptance {
+    double expected = 0.0;
+    int positions = 0;
+  };
+  const OptimalAcceptance& last_optimal() const { return last_optimal_; }
+
+  // The random verifier (default spec::VerifyChain). Tests swap in a wrong one to show that
+  // their statistics catch it.
+  using ChainVerifier = Status (*)(int k, int vocab, const int* draft_tokens,
+                                   const float* draft_probs, const float* target_probs, Rng* rng,
+                                   spec::ChainOutcome* out);
+  void set_verifier_for_testing(ChainVerifier v) { verifier_ = v; }
+  // The tree's per-node verifier (default spec::VerifyRecursiveRejection), likewise.
+  using MultiDraftVerifier = Status (*)(int vocab, const std::vector<int>& drafts,
+                                        const float* draft_probs, const float* target_probs,
+                                        Rng* rng, spec::MultiDraftOutcome* out);
+  void set_multi_draft_verifier_for_testing(MultiDraftVerifier v) { multi_verifier_ = v; }
+
+  // REQUIRES: !finished(). k is capped by the context left.
+  void Propose(int k);
+  // Propose(k) in halves, for a caller that drafts several sequences in one batch (see
+  // DraftModelProposer::ProposeBatch): BeginPropose returns the k that fits; the caller fills
+  // mutable_draft() with at most that many tokens continuing tokens(); EndPropose drops a
+  // block that would not fit (the step then decodes plainly).
+  int BeginPropose(int k);
+  DraftBlock* mutable_draft() { return &draft_; }
+  void EndPropose();
+  ForwardInput TargetInput();
+  // `rows`: float32 CPU logits, this sequence's rows of the forward of TargetInput() (all of
+  // them, or at least the last k + 1 for a chain). Returns the tokens emitted by this step
+  // (after EOS / max_tokens cuts). Tree drafts are verified node by node from the pending
+  // token down: each node's children by recursive rejection sampling without replacement
+  // (greedy: the child equal to the target's argmax), the first miss emitting a recovered
+  // token, a leaf a bonus token.
+  std::vector<int> Commit(const at::Tensor& rows);
+
+ private:
+  // Tree verification: the outcome, and the new tokens of the forward (catch-up first) whose
+  // keys and values stay in the cache.
+  void VerifyTree(const at::Tensor& logits, spec::ChainOutcome* outcome, std::vector<int>* path);
+  // Records stats and appends the outcome's tokens (cut at EOS, max_tokens, the context limit);
+  // rolls the cache back to what the committed tokens keep. `before`: tokens_.size() before.
+  std::vector<int> Emit(const spec::ChainOutcome& outcome, int k, size_t before);
+
+  const LlamaModel* target_;
+  Proposer* proposer_;
+  GenerateOptions options_;
+  Rng rng_;
+  KVCache cache_;
+  std::vector<int> tokens_;  // prompt + generated; the last one is pending (not in cache_)
+  size_t prompt_len_;
+  std::vector<int> cached_;  // the tokens in cache_
+  DraftBlock draft_;
+  std::vector<float> p_;     // scratch: processed target rows
+  std::vector<float> row_;   // scratch: one processed row
+  bool finished_ = false, hit_eos_ = false;
+  SpeculativeStats stats_;
+  int last_k_ = 0;
+  int last_accepted_ = 0;
+  int last_tested_ = 0;
+  OptimalAcceptance last_optimal_;
+  ChainVerifier verifier_;
+  MultiDraftVerifier multi_verifier_;
+};
+
+struct SpeculativeOptions {
+  GenerateOptions generate;
+  // Fixed speculation length, used when `policy` is null. Default: 4.
+  int k = 4;
+  // Adaptive length (not owned; REQUIRES `costs`): fed this request's verification outcomes.
+  SpeculationPolicy* policy = nullptr;
+  // Step costs (not owned; may be set without a policy): fed this request's timings.
+  StepCostTable* costs = nullptr;
+};
+
+// Decodes one sequence speculatively from `prompt` (BOS included). Timings as GeneratePlain:
+// prefill_seconds is the target's prompt; the draft catches up on the prompt when it first
+// drafts, inside decode_seconds (with a policy, only where speculating repays it).
+GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
+                                   const std::vector<int>& prompt,
+                                   const SpeculativeOptions& options, SpeculativeStats* stats);
+
+// GenerateSpeculative one verification step at a time (as PlainGeneration; spec_bench steps
+// decoders in lockstep). `target`, `proposer` and the policy must outlive it.
+class SpeculativeGeneration {
+ public:
+  // Runs the prompt but its last token through the target (prefill_seconds).
+  SpeculativeGeneration(const LlamaModel& target, Proposer* proposer,
+                        const std::vector<int>& prompt, const SpeculativeOptions& options);
+  bool finished() const { return decoder_->finished(); }
+  // Chooses k, drafts, verifies and feeds the policy its measurements; timed into
+  // decode_seconds. REQUIRES: !finished().
+  void Step();
+  // The tokens so far, EOS and the timings.
+  GenerateResult result() const;
+  double decode_seconds() const { return decode_seconds_; }
+  const SpeculativeStats& stats() const { return decoder_->stats(); }
+
+ private:
+  const LlamaModel& target_;
+  Proposer* proposer_;
+  SpeculativeOptions options_;
+  size_t prompt_len_;
+  std::unique_ptr<SpeculativeDecoder> decoder_;
+  double prefill_seconds_ = 0, decode_seconds_ = 0;
+};
+
+struct CalibrationOptions {
+  // Cached tokens the forwards are timed after, and a second, shorter context: the two fix
+  // attention's cost per row and cached token (StepCostTable::set_context_slope). Default:
+  // 256, 16.
+  int context = 256;
+  int short_context = 16;
+  // Batch sizes 1, 2, 4, ... up to max_batch are timed (a server's batches). Default: 1.
+  int max_batch = 1;
+  // Each row's processing into a distribution is added (none for greedy). Default:
+  // SamplingParams() (temperature 1).
+  SamplingParams sampling;
+};
+
+// Seeds `costs` with timed forwards: the target over 1 .. k_max + 1 rows of one sequence (7
+// interleaved rounds, medians; each verification-sized forward after a draft forward, as
+// decoding runs it, and plain decoding's one-row forwards back to back on a growing cache),
+// at both contexts; for larger batches the target over b * n rows for n in {1, 2, 3, 5,
+// k_max + 1} and the draft over b sequences; the draft's catch-up on `context` tokens.
+// `draft` may be null (a free proposer: no draft cost).
+void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k_max,
+                        StepCostTable* costs,
+                        const CalibrationOptions& options = CalibrationOptions());
+
+// Seconds to turn one row of logits into a processed distribution under `sampling` (0 for
+// greedy), measured on this machine.
+double VerificationSecondsPerRow(int vocab, const SamplingParams& sampling);
+
+}  // namespace specloop

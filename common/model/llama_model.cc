@@ -1,0 +1,396 @@
+#include "common/model/llama_model.h"
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include <ATen/autocast_mode.h>
+#include <c10/core/GradMode.h>
+
+namespace specloop {
+
+namespace {
+
+std::string ShapeString(at::IntArrayRef s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+Status ParseDtype(const std::string& name, at::ScalarType stored, bool cuda, at::ScalarType* out) {
+  if (name == "auto") {
+    *out = cuda ? stored : at::kFloat;
+  } else if (name == "float32") {
+    *out = at::kFloat;
+  } else if (name == "float16") {
+    *out = at::kHalf;
+  } else if (name == "bfloat16") {
+    *out = at::kBFloat16;
+  } else {
+    return Status::InvalidArgument("unknown dtype " + name);
+  }
+  if (*out != at::kFloat && *out != at::kHalf && *out != at::kBFloat16) {
+    return Status::NotSupported("weights must be float32, float16 or bfloat16");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status LlamaModel::Load(const std::string& dir, const LoadOptions& options,
+                        std::unique_ptr<LlamaModel>* out) {
+  ModelConfig config;
+  SPECLOOP_RETURN_IF_ERROR(ModelConfig::FromDir(dir, &config));
+  TensorMap tensors;
+  SPECLOOP_RETURN_IF_ERROR(ReadModelWeights(dir, &tensors));
+  return FromTensors(config, tensors, options, out).Annotate(dir);
+}
+
+Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
+                               const LoadOptions& options, std::unique_ptr<LlamaModel>* out) {
+  at::Device device(at::kCPU);
+  try {
+    device = at::Device(options.device);
+  } catch (const c10::Error&) {
+    return Status::InvalidArgument("unknown device " + options.device);
+  }
+  if (device.is_cuda() && !at::hasCUDA()) {
+    return Status::NotSupported("--device cuda: this build of LibTorch has no CUDA");
+  }
+  auto it = tensors.find("model.embed_tokens.weight");
+  if (it == tensors.end()) return Status::InvalidArgument("missing tensor model.embed_tokens.weight");
+  at::ScalarType dtype;
+  SPECLOOP_RETURN_IF_ERROR(ParseDtype(options.dtype, it->second.scalar_type(), device.is_cuda(),
+                                      &dtype));
+
+  // Fetches a tensor, checks its shape, and moves it to the compute device and dtype. On CPU
+  // the vectors (norm weights) stay float32 whatever the matrices' dtype.
+  Status status;
+  auto get = [&](const std::string& name, std::vector<int64_t> shape) -> at::Tensor {
+    if (!status.ok()) return {};
+    auto t = tensors.find(name);
+    if (t == tensors.end()) {
+      status = Status::InvalidArgument("missing tensor " + name);
+      return {};
+    }
+    if (t->second.sizes() != at::IntArrayRef(shape)) {
+      status = Status::InvalidArgument("tensor " + name + " has shape " +
+                                       ShapeString(t->second.sizes()) + ", config.json implies " +
+                                       ShapeString(shape));
+      return {};
+    }
+    if (!at::isFloatingType(t->second.scalar_type())) {
+      status = Status::InvalidArgument("tensor " + name + " is not floating point");
+      return {};
+    }
+    const bool vector = shape.size() == 1 && device.is_cpu();
+    return t->second.to(device, vector ? at::kFloat : dtype);
+  };
+
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->config_ = c;
+  const int64_t hidden = c.hidden_size, hd = c.head_dim, ff = c.intermediate_size;
+  const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
+  m->embed_ = get("model.embed_tokens.weight", {c.vocab_size, hidden});
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Layer L;
+    L.attn_norm = get(p + "input_layernorm.weight", {hidden});
+    at::Tensor q = get(p + "self_attn.q_proj.weight", {q_rows, hidden});
+    at::Tensor k = get(p + "self_attn.k_proj.weight", {kv_rows, hidden});
+    at::Tensor v = get(p + "self_attn.v_proj.weight", {kv_rows, hidden});
+    L.wo = get(p + "self_attn.o_proj.weight", {hidden, q_rows});
+    L.ffn_norm = get(p + "post_attention_layernorm.weight", {hidden});
+    at::Tensor gate = get(p + "mlp.gate_proj.weight", {ff, hidden});
+    at::Tensor up = get(p + "mlp.up_proj.weight", {ff, hidden});
+    L.w_down = get(p + "mlp.down_proj.weight", {hidden, ff});
+    if (!status.ok()) return status;
+    L.wqkv = at::cat({q, k, v}, 0);
+    L.w_gate_up = at::cat({gate, up}, 0);
+    m->layers_.push_back(std::move(L));
+  }
+  m->final_norm_ = get("model.norm.weight", {hidden});
+  if (c.tie_word_embeddings && !tensors.count("lm_head.weight")) {
+    m->lm_head_ = m->embed_;
+  } else {
+    m->lm_head_ = get("lm_head.weight", {c.vocab_size, hidden});
+  }
+  if (!status.ok()) return status;
+
+  // RoPE tables in float32 arithmetic, as Hugging Face and llama2.c compute them.
+  const int64_t half = hd / 2, P = c.max_position_embeddings;
+  at::Tensor cos = at::empty({P, 2, half}, at::kFloat), sin = at::empty({P, 2, half}, at::kFloat);
+  auto* pc = cos.data_ptr<float>();
+  auto* ps = sin.data_ptr<float>();
+  for (int64_t pos = 0; pos < P; ++pos) {
+    for (int64_t j = 0; j < half; ++j) {
+      const float inv_freq = 1.0f / std::pow(static_cast<float>(c.rope_theta),
+                                             static_cast<float>(2 * j) / static_cast<float>(hd));
+      const float angle = static_cast<float>(pos) * inv_freq;
+      const float cv = std::cos(angle), sv = std::sin(angle);
+      pc[(pos * 2 + 0) * half + j] = cv;
+      pc[(pos * 2 + 1) * half + j] = cv;
+      ps[(pos * 2 + 0) * half + j] = -sv;
+      ps[(pos * 2 + 1) * half + j] = sv;
+    }
+  }
+  const at::ScalarType table_dtype = device.is_cpu() ? at::kFloat : dtype;
+  m->rope_cos_ = cos.to(device, table_dtype);
+  m->rope_sin_ = sin.to(device, table_dtype);
+  if (device.is_cpu()) {
+    auto pack = [](const at::Tensor& t) {
+      const at::Tensor c = t.contiguous();
+      return PackedMatrix(c.data_ptr(), WeightTypeOf(c), c.size(0), c.size(1));
+    };
+    for (Layer& L : m->layers_) {
+      L.qkv_packed = pack(L.wqkv);
+      L.o_packed = pack(L.wo);
+      L.gate_up_packed = pack(L.w_gate_up);
+      L.down_packed = pack(L.w_down);
+    }
+    m->lm_head_packed_ = pack(m->lm_head_);
+    m->packed_ = true;
+  }
+  *out = std::move(m);
+  return Status::OK();
+}
+
+WeightType LlamaModel::WeightTypeOf(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kHalf: return WeightType::kFloat16;
+    case at::kBFloat16: return WeightType::kBFloat16;
+    default: return WeightType::kFloat32;
+  }
+}
+
+int64_t LlamaModel::StreamedWeightBytes() const {
+  if (!packed_) return 0;
+  int64_t bytes = lm_head_packed_.bytes();
+  for (const Layer& L : layers_) {
+    bytes += L.qkv_packed.bytes() + L.o_packed.bytes() + L.gate_up_packed.bytes() +
+             L.down_packed.bytes();
+  }
+  return bytes;
+}
+
+KVCache LlamaModel::NewCache(int64_t initial_capacity) const {
+  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(initial_capacity,
+                                                              config_.max_position_embeddings));
+  auto opts = embed_.options().requires_grad(false);
+  if (device().is_cpu()) opts = opts.dtype(at::kFloat);  // the CPU forward's activations
+  std::vector<int64_t> sizes = {config_.num_hidden_layers, config_.num_key_value_heads, cap,
+                                config_.head_dim};
+  return KVCache(at::empty(sizes, opts), at::empty(sizes, opts));
+}
+
+at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
+  if (x.scalar_type() == at::kFloat) {
+    return x * at::rsqrt(x.square().mean(-1, true) + config_.rms_norm_eps) * weight;
+  }
+  // Half precision: normalize in float32, as Hugging Face does.
+  at::Tensor xf = x.to(at::kFloat);
+  return (xf * at::rsqrt(xf.square().mean(-1, true) + config_.rms_norm_eps)).to(x.scalar_type()) *
+         weight;
+}
+
+at::Tensor LlamaModel::Forward(const std::vector<ForwardInput>& batch) const {
+  if (packed_ && !c10::GradMode::is_enabled() && !batch.empty() &&
+      (use_small_cpu_path_ || dtype() != at::kFloat)) {
+    return ForwardCpu(batch);
+  }
+  TORCH_CHECK(!device().is_cpu() || dtype() == at::kFloat,
+              "a model with 16-bit weights on the CPU serves inference only (no autograd)");
+  return ForwardAten(batch);
+}
+
+LlamaModel::FlatBatch LlamaModel::Flatten(const std::vector<ForwardInput>& batch) const {
+  TORCH_CHECK(!batch.empty(), "Forward of an empty batch");
+  FlatBatch f;
+  for (const auto& in : batch) {
+    TORCH_CHECK(in.cache != nullptr && !in.tokens.empty(), "ForwardInput needs a cache and tokens");
+    const int64_t L0 = in.cache->length(), n = in.tokens.size();
+    TORCH_CHECK(L0 + n <= config_.max_position_embeddings, "sequence of ", L0 + n,
+                " positions exceeds the context limit ", config_.max_position_embeddings);
+    f.starts.push_back(f.ids.size());
+    f.lengths.push_back(n);
+    f.past.push_back(L0);
+    // Tree inputs: depth of each token and which new tokens it sees (its ancestors and itself).
+    std::vector<int64_t> depth(n);  // a chain: token i at depth i
+    std::iota(depth.begin(), depth.end(), 0);
+    std::vector<char> visible;
+    if (!in.parents.empty()) {
+      TORCH_CHECK(static_cast<int64_t>(in.parents.size()) == n, "parents must match tokens");
+      visible.assign(n * n, 0);
+      for (int64_t i = 0; i < n; ++i) {
+        const int p = in.parents[i];
+        TORCH_CHECK(p >= -1 && p < i, "parents[", i, "] = ", p, " is not an earlier token");
+        depth[i] = p < 0 ? 0 : depth[p] + 1;
+        if (p >= 0) std::copy_n(visible.begin() + p * n, n, visible.begin() + i * n);
+        visible[i * n + i] = 1;
+      }
+    }
+    f.visible.push_back(std::move(visible));
+    for (const int64_t r : in.logit_rows) {
+      TORCH_CHECK(r >= 0 && r < n, "logit row ", r, " outside the ", n, " new tokens");
+      f.out_rows.push_back(f.starts.back() + r);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      TORCH_CHECK(in.tokens[i] >= 0 && in.tokens[i] < config_.vocab_size, "token id ",
+                  in.tokens[i], " outside the vocabulary of ", config_.vocab_size);
+      if (in.logit_rows.empty() && (in.all_logits || i == n - 1)) {
+        f.out_rows.push_back(f.ids.size());
+      }
+      f.ids.push_back(in.tokens[i]);
+      f.positions.push_back(L0 + depth[i]);
+    }
+  }
+  // Only now, with every input checked, grow the caches.
+  for (const auto& in : batch) {
+    in.cache->Reserve(in.cache->length() + in.tokens.size(), config_.max_position_embeddings);
+  }
+  return f;
+}
+
+at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const {
+  const auto& c = config_;
+  const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim;
+  const int64_t G = H / KVH, F = c.intermediate_size;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const bool training = c10::GradMode::is_enabled();
+
+  FlatBatch f = Flatten(batch);
+  const auto& starts = f.starts;
+  const auto& lengths = f.lengths;
+  const auto& past = f.past;
+  auto& out_rows = f.out_rows;
+  const int64_t N = f.ids.size();
+  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  // copy=true: autograd keeps index tensors for the backward pass, after f is gone (on the CPU
+  // a plain .to(device()) would return the from_blob view of f's memory itself).
+  at::Tensor tok = at::from_blob(f.ids.data(), {N}, long_opts).to(device(), false, true);
+  at::Tensor pos = at::from_blob(f.positions.data(), {N}, long_opts).to(device());
+  at::Tensor cos = rope_cos_.index_select(0, pos).unsqueeze(1);  // [N, 1, 2, D/2]
+  at::Tensor sin = rope_sin_.index_select(0, pos).unsqueeze(1);
+
+  // Causal (or tree) masks for inputs of more than one new token, shared by all layers.
+  std::vector<at::Tensor> masks(batch.size());
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (lengths[b] == 1) continue;
+    const int64_t n = lengths[b], T = past[b] + n;
+    at::Tensor mask;
+    if (f.visible[b].empty()) {
+      mask = at::full({n, T}, -std::numeric_limits<float>::infinity(), embed_.options())
+                 .triu(past[b] + 1);
+    } else {
+      at::Tensor seen = at::from_blob(f.visible[b].data(), {n, n}, at::kChar).to(at::kBool);
+      mask = at::zeros({n, T}, embed_.options());
+      mask.narrow(1, past[b], n).masked_fill_(seen.logical_not().to(device()),
+                                               -std::numeric_limits<float>::infinity());
+    }
+    masks[b] = mask.repeat({G, 1});  // rows ordered (group, position), as the queries below
+  }
+
+  at::Tensor x = embed_.index_select(0, tok);  // [N, hidden]
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const Layer& L = layers_[l];
+    at::Tensor qkv = at::linear(RmsNorm(x, L.attn_norm), L.wqkv);  // [N, (H + 2 KVH) D]
+    // rotate_half(x) * sin == flip(halves of x) * (-sin, sin).
+    at::Tensor qk = qkv.narrow(1, 0, (H + KVH) * D).view({N, H + KVH, 2, D / 2});
+    qk = qk * cos + qk.flip(2) * sin;
+    at::Tensor q = qk.narrow(1, 0, H).reshape({N, H, D});
+    at::Tensor k = qk.narrow(1, H, KVH).reshape({N, KVH, D});
+    at::Tensor v = qkv.narrow(1, (H + KVH) * D, KVH * D).view({N, KVH, D});
+
+    at::Tensor attn = batch.size() == 1 ? at::Tensor() : at::empty({N, H * D}, x.options());
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const int64_t off = starts[b], n = lengths[b], L0 = past[b], T = L0 + n;
+      at::Tensor kb = k.narrow(0, off, n).transpose(0, 1);  // [KVH, n, D]
+      at::Tensor vb = v.narrow(0, off, n).transpose(0, 1);
+      at::Tensor kc = batch[b].cache->keys_[l], vc = batch[b].cache->values_[l];
+      kc.narrow(1, L0, n).copy_(kb.detach());
+      vc.narrow(1, L0, n).copy_(vb.detach());
+      // Training reads this forward's keys and values from the graph, not the cache, so that
+      // gradients reach them; a cached prefix (computed earlier, without gradients) is a
+      // constant in front of them.
+      at::Tensor keys = kc.narrow(1, 0, T), values = vc.narrow(1, 0, T);  // [KVH, T, D]
+      if (training) {
+        keys = L0 == 0 ? kb : at::cat({kc.narrow(1, 0, L0), kb}, 1);
+        values = L0 == 0 ? vb : at::cat({vc.narrow(1, 0, L0), vb}, 1);
+      }
+
+      // Queries grouped by their key/value head: [KVH, G * n, D], rows ordered (group, pos).
+      at::Tensor qb = q.narrow(0, off, n).view({n, KVH, G, D}).permute({1, 2, 0, 3}).reshape(
+          {KVH, G * n, D});
+      at::Tensor scores = masks[b].defined()
+                              ? at::baddbmm(masks[b], qb, keys.transpose(1, 2), 1.0, scale)
+                              : at::bmm(qb, keys.transpose(1, 2)).mul_(scale);
+      at::Tensor o = at::bmm(at::softmax(scores, -1), values);  // [KVH, G * n, D]
+      o = o.view({KVH, G, n, D}).permute({2, 0, 1, 3}).reshape({n, H * D});
+      if (batch.size() == 1) {
+        attn = o;
+      } else {
+        attn.narrow(0, off, n).copy_(o);
+      }
+    }
+    x = x + at::linear(attn, L.wo);
+    at::Tensor gu = at::linear(RmsNorm(x, L.ffn_norm), L.w_gate_up);  // [N, 2F]
+    x = x + at::linear(at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F), L.w_down);
+  }
+  for (size_t b = 0; b < batch.size(); ++b) {
+    batch[b].cache->length_ = past[b] + lengths[b];
+  }
+  bool every_row = static_cast<int64_t>(out_rows.size()) == N;
+  for (int64_t i = 0; every_row && i < N; ++i) every_row = out_rows[i] == i;
+  if (!every_row) {
+    x = x.index_select(0, at::from_blob(out_rows.data(), {(int64_t)out_rows.size()}, long_opts)
+                              .to(device(), false, true));
+  }
+  return at::linear(RmsNorm(x, final_norm_), lm_head_).to(at::kFloat);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> LlamaModel::NamedWeights() const {
+  const auto& c = config_;
+  const int64_t q_rows = c.num_attention_heads * c.head_dim;
+  const int64_t kv_rows = c.num_key_value_heads * c.head_dim;
+  std::vector<std::pair<std::string, at::Tensor>> w;
+  w.emplace_back("model.embed_tokens.weight", embed_);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const Layer& L = layers_[l];
+    w.emplace_back(p + "input_layernorm.weight", L.attn_norm);
+    w.emplace_back(p + "self_attn.q_proj.weight", L.wqkv.narrow(0, 0, q_rows));
+    w.emplace_back(p + "self_attn.k_proj.weight", L.wqkv.narrow(0, q_rows, kv_rows));
+    w.emplace_back(p + "self_attn.v_proj.weight", L.wqkv.narrow(0, q_rows + kv_rows, kv_rows));
+    w.emplace_back(p + "self_attn.o_proj.weight", L.wo);
+    w.emplace_back(p + "post_attention_layernorm.weight", L.ffn_norm);
+    w.emplace_back(p + "mlp.gate_proj.weight", L.w_gate_up.narrow(0, 0, c.intermediate_size));
+    w.emplace_back(p + "mlp.up_proj.weight",
+                   L.w_gate_up.narrow(0, c.intermediate_size, c.intermediate_size));
+    w.emplace_back(p + "mlp.down_proj.weight", L.w_down);
+  }
+  w.emplace_back("model.norm.weight", final_norm_);
+  if (!lm_head_.is_same(embed_)) w.emplace_back("lm_head.weight", lm_head_);
+  return w;
+}
+
+std::vector<at::Tensor> LlamaModel::Parameters() {
+  if (packed_) {
+    packed_ = false;
+    for (Layer& L : layers_) {
+      L.qkv_packed = {};
+      L.o_packed = {};
+      L.gate_up_packed = {};
+      L.down_packed = {};
+    }
+    lm_head_packed_ = {};
+  }
+  std::vector<at::Tensor> p = {embed_};
+  for (const Layer& L : layers_) {
+    p.insert(p.end(), {L.attn_norm, L.wqkv, L.wo, L.ffn_norm, L.w_gate_up, L.w_down});
+  }
+  p.push_back(final_norm_);
+  if (!lm_head_.is_same(embed_)) p.push_back(lm_head_);
+  return p;
+}
+
+}  // namespace specloop

@@ -1,0 +1,148 @@
+// LlamaModel: a Llama-architecture causal LM (RMSNorm, RoPE in the Hugging Face rotate_half
+// layout, SwiGLU, grouped-query attention, tied or untied embeddings) over LibTorch.
+//
+// One batched Forward() serves prefill, single-token decode, scoring a block of k+1 positions,
+// and training: each sequence brings its own KVCache and any number of new tokens.
+// Thread-safety: the model is immutable after load; concurrent Forward() calls are safe on
+// distinct caches.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "common/base/status.h"
+#include "common/kernels/linear_kernels.h"
+#include "common/model/kv_cache.h"
+#include "common/model/safetensors.h"
+#include "common/tokenizer/model_config.h"
+
+namespace specloop {
+
+struct LoadOptions {
+  // "cpu", "cuda" or "cuda:N". Default: cpu.
+  std::string device = "cpu";
+  // Weight dtype: "auto" (float32 on CPU, the stored dtype on CUDA), "float32", "float16",
+  // "bfloat16". On CPU a 16-bit dtype keeps the matrices (and embeddings) in 16 bits, half the
+  // bytes a decode step streams, and computes in float32; such a model serves inference only
+  // (Forward under autograd throws). Default: auto.
+  std::string dtype = "auto";
+};
+
+// One sequence's part of a batched forward.
+struct ForwardInput {
+  KVCache* cache = nullptr;     // positions [0, cache->length()) are already processed
+  std::vector<int64_t> tokens;  // new tokens, at positions cache->length(), ... ; non-empty
+  bool all_logits = false;      // logits for every new position, or only for the last
+  // A tree of new tokens instead of a chain (speculative token trees): parents[i] is the index
+  // of token i's parent among the new tokens, or -1 for a child of the cache's last position;
+  // REQUIRES parents[i] < i. Token i takes cache slot length() + i, sits at position
+  // length() + depth(i), and attends to the cache and its own ancestors only. Empty: a chain.
+  // Afterwards KVCache::KeepPath() keeps one root-to-node path of the tree.
+  std::vector<int> parents;
+  // When non-empty: logits only for these new tokens (indices into `tokens`, in this order),
+  // instead of all_logits or the last. Training reads a few positions of long sequences: the
+  // vocabulary-sized head then runs on those alone.
+  std::vector<int64_t> logit_rows;
+};
+
+class LlamaModel {
+ public:
+  // Loads DIR/config.json and DIR/model.safetensors (or its sharded index). Errors name the
+  // file and tensor: missing tensors, wrong shapes, unsupported dtypes or architectures.
+  static Status Load(const std::string& dir, const LoadOptions& options,
+                     std::unique_ptr<LlamaModel>* out);
+  // Builds a model from Hugging Face-named tensors (a loaded file, or random test weights).
+  static Status FromTensors(const ModelConfig& config, const TensorMap& tensors,
+                            const LoadOptions& options, std::unique_ptr<LlamaModel>* out);
+
+  const ModelConfig& config() const { return config_; }
+  at::Device device() const { return embed_.device(); }
+  // The weights' dtype (on CPU, activations are float32 whatever it is).
+  at::ScalarType dtype() const { return embed_.scalar_type(); }
+
+  // The weight bytes one CPU inference forward reads: every packed matrix once (0 once the
+  // model is trained in place, or off the CPU). What bounds a decode step from below.
+  int64_t StreamedWeightBytes() const;
+
+  // An empty cache for one sequence of this model.
+  KVCache NewCache(int64_t initial_capacity = 64) const;
+
+  // Runs the new tokens of every input through the model and appends them to the caches.
+  // Returns float32 logits [rows, vocab] on the model's device: for each input in order, one
+  // row per entry of logit_rows when given, else per new token when all_logits, else one row
+  // for its last token.
+  // REQUIRES: each cache came from this model's NewCache() and has room within
+  // max_position_embeddings; throws c10::Error otherwise (callers check limits first).
+  // Call under c10::InferenceMode for serving. Under autograd (training) attention reads the
+  // new keys and values from the graph, so no in-place update enters it; what a cache already
+  // holds (e.g. a prompt run under at::NoGradGuard, not InferenceMode) is a constant: no
+  // gradient reaches the forward that computed it.
+  at::Tensor Forward(const std::vector<ForwardInput>& batch) const;
+
+  // The weights under their Hugging Face names (fused projections split again), in load order;
+  // the lm_head is left out when embeddings are tied. For saving checkpoints.
+  std::vector<std::pair<std::string, at::Tensor>> NamedWeights() const;
+  // Every trainable tensor (each once). Training updates them in place, so from this call on
+  // the model drops its packed inference copies of the matrices and runs CPU inference from
+  // these tensors (ForwardAten). Not to be called while another thread runs Forward().
+  std::vector<at::Tensor> Parameters();
+
+ private:
+  struct Layer {
+    at::Tensor attn_norm;  // [hidden]
+    at::Tensor wqkv;       // [(heads + 2 kv_heads) * head_dim, hidden]: q, k, v stacked
+    at::Tensor wo;         // [hidden, heads * head_dim]
+    at::Tensor ffn_norm;   // [hidden]
+    at::Tensor w_gate_up;  // [2 * intermediate, hidden]: gate, up stacked
+    at::Tensor w_down;     // [hidden, intermediate]
+    // The CPU inference forward's copies of the four matrices (empty once trained).
+    PackedMatrix qkv_packed, o_packed, gate_up_packed, down_packed;
+  };
+  // The new tokens of a batch, flattened; see Flatten().
+  struct FlatBatch {
+    std::vector<int64_t> ids, positions;  // [N]: every new token and its position
+    std::vector<int64_t> starts, lengths, past;  // per input: first row, new tokens, cached
+    std::vector<int64_t> out_rows;        // rows whose logits are returned
+    // [input]: visible[i * n + j] for new tokens i, j of a tree input; empty for chains.
+    std::vector<std::vector<char>> visible;
+  };
+  // Checks token ids and limits (throws c10::Error, leaving caches unchanged) and makes room
+  // in every cache.
+  FlatBatch Flatten(const std::vector<ForwardInput>& batch) const;
+
+  LlamaModel() = default;
+  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
+  // Forward() over LibTorch operators: any device, any block size, autograd.
+  at::Tensor ForwardAten(const std::vector<ForwardInput>& batch) const;
+  // Forward() for CPU inference (no autograd), any block size, from the packed matrices in
+  // float32, float16 or bfloat16 with float32 activations and accumulation
+  // (llama_forward_cpu.cc). Same results as ForwardAten to float rounding; a row's logits do
+  // not depend on the rest of the batch.
+  at::Tensor ForwardCpu(const std::vector<ForwardInput>& batch) const;
+  // The kernels' name for a weight tensor's dtype (float32 unless float16 or bfloat16).
+  static WeightType WeightTypeOf(const at::Tensor& t);
+
+  ModelConfig config_;
+  at::Tensor embed_;       // [vocab, hidden]
+  std::vector<Layer> layers_;
+  at::Tensor final_norm_;  // [hidden]
+  at::Tensor lm_head_;     // [vocab, hidden]; the same tensor as embed_ when tied
+  at::Tensor rope_cos_;    // [max_positions, 2, head_dim / 2]
+  at::Tensor rope_sin_;    // [max_positions, 2, head_dim / 2]: -sin on the first half
+  PackedMatrix lm_head_packed_;
+  bool packed_ = false;    // the PackedMatrix copies are current (CPU models until trained)
+
+ public:
+  // Routes CPU inference to ForwardAten (false) or ForwardCpu (true). Default: true. Tests
+  // turn it off to compare the two.
+  void set_use_small_cpu_path(bool on) { use_small_cpu_path_ = on; }
+
+ private:
+  bool use_small_cpu_path_ = true;
+};
+
+}  // namespace specloop
