@@ -5,6 +5,7 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include "common/engine/decode_step.h"
 #include "common/engine/speculative_decoder.h"
 #include "serve/sequence.h"
 
@@ -193,131 +194,66 @@ void Scheduler::Admit() {
 }
 
 void Scheduler::Step() {
-  const int batch = static_cast<int>(active_.size());
-  // 1. Drafts: each sequence's k, then one batched draft forward per drafted position across
-  // the sequences that draft with the model.
-  std::vector<Sequence*> drafting;
-  std::vector<DraftModelProposer::BatchItem> items;
+  // Decoding itself is DecodeStep (common/engine/decode_step.h), as for `specloop generate`;
+  // here: each sequence's slot, then what the server does with the outcomes.
+  std::vector<Sequence*> stepping;
+  std::vector<DecodeSlot*> slots;
   for (auto& up : active_) {
     Sequence* seq = up.get();
     if (seq->channel->cancelled()) {
       Finish(seq, "cancelled");
       continue;
     }
-    try {
-      if (options_.k >= 0) {
-        seq->k = options_.k;
-      } else {
-        const CompletionParams& p = seq->channel->params();
-        const std::vector<int>& tokens = seq->decoder->tokens();
-        const int64_t remaining =
-            p.generate.max_tokens - static_cast<int64_t>(tokens.size() - p.prompt.size());
-        seq->k = seq->policy->ChooseK(costs_, batch, static_cast<int64_t>(tokens.size()) - 1,
-                                      seq->proposer->CatchUpTokens(tokens), remaining);
-      }
-      if (seq->draft_proposer != nullptr) {
-        const int k = seq->decoder->BeginPropose(seq->k);
-        items.push_back({seq->draft_proposer, &seq->decoder->tokens(), k,
-                         seq->decoder->mutable_draft()});
-      } else {
-        seq->decoder->Propose(seq->k);
-      }
-      drafting.push_back(seq);
-    } catch (const std::exception& e) {
-      metrics_->ObserveSchedulerError();
-      Fail(seq, 500, std::string("draft failed: ") + e.what());
+    DecodeSlot& slot = seq->slot;
+    slot.decoder = seq->decoder.get();
+    slot.proposer = seq->proposer.get();
+    slot.draft_proposer = seq->draft_proposer;
+    slot.policy = options_.k >= 0 ? nullptr : seq->policy;
+    slot.fixed_k = std::max(0, options_.k);
+    slot.max_tokens = seq->channel->params().generate.max_tokens;
+    slot.prompt_len = seq->channel->params().prompt.size();
+    if (seq->trace && !slot.on_commit) {
+      // The logger's share of a step is part of what its rows cost.
+      slot.on_commit = [this, seq](const DecodeSlot& s, const at::Tensor& rows) {
+        const int drafted = static_cast<int>(s.draft_tokens.size());
+        sample_logger_->AddStep(seq->trace, s.start_pos, s.draft_tokens,
+                                s.decoder->last_accepted(),
+                                rows.narrow(0, rows.size(0) - (drafted + 1), drafted + 1));
+      };
     }
+    stepping.push_back(seq);
+    slots.push_back(&slot);
   }
-  try {
-    DraftModelProposer::ProposeBatch(items);
-  } catch (const std::exception& e) {  // the batch's draft forward touched them all
-    for (Sequence* seq : drafting) {
-      if (seq->draft_proposer == nullptr) continue;
-      metrics_->ObserveSchedulerError();
-      Fail(seq, 500, std::string("draft failed: ") + e.what());
-    }
-  }
-  std::vector<Sequence*> live;
-  std::vector<ForwardInput> inputs;
-  size_t rows = 0;
-  double attended = 0;  // cached tokens the rows attend to, summed over the rows
-  for (Sequence* seq : drafting) {
-    if (seq->done) continue;
-    if (seq->draft_proposer != nullptr) seq->decoder->EndPropose();
-    seq->draft_seconds = seq->proposer->last_propose_seconds();
-    seq->draft_tokens = seq->decoder->draft().tokens;
-    seq->start_pos = static_cast<uint32_t>(seq->decoder->tokens().size());
-    ForwardInput in = seq->decoder->TargetInput();
-    seq->row_offset = rows;
-    seq->rows = in.tokens.size();
-    rows += seq->rows;
-    attended += seq->rows * static_cast<double>(seq->start_pos - 1) +
-                seq->rows * (seq->rows - 1) / 2.0;
-    inputs.push_back(std::move(in));
-    live.push_back(seq);
-  }
-  if (live.empty()) return;
+  if (slots.empty()) return;
+  DecodeStepTimes times;
+  DecodeStep(*target_, &costs_, slots, &times);
+  if (times.sequences > 0) metrics_->ObserveTargetForward(times.forward_seconds, times.sequences);
 
-  // 2. One batched target forward.
-  at::Tensor logits;
-  const auto t0 = Clock::now();
-  try {
-    logits = target_->Forward(inputs).to(at::kCPU).contiguous();
-  } catch (const std::exception& e) {
-    for (Sequence* seq : live) {
+  for (Sequence* seq : stepping) {
+    const DecodeSlot* slot = &seq->slot;
+    if (!slot->error.empty()) {
       metrics_->ObserveSchedulerError();
-      Fail(seq, 500, std::string("target forward failed: ") + e.what());
+      Fail(seq, 500, slot->error);
+      continue;
     }
-    return;
-  }
-  const double forward_s = SecondsSince(t0);
-  metrics_->ObserveTargetForward(forward_s, static_cast<int>(live.size()));
-  double verify_s = 0;  // the verifiers' and the logger's work: part of what a row costs
-  // The step's drafting: seconds (catch-ups apart), sequences, forwards (the longest block).
-  double draft_s = 0;
-  int draft_sequences = 0, draft_forwards = 0;
-  bool draft_ran = false;
-
-  // 3. Verification, output, logging.
-  for (Sequence* seq : live) {
     try {
-      at::Tensor mine = logits.narrow(0, seq->row_offset, seq->rows);
-      const auto c0 = Clock::now();
-      const std::vector<int> emitted = seq->decoder->Commit(mine);
-      verify_s += SecondsSince(c0);
-      const int drafted = static_cast<int>(seq->draft_tokens.size());
+      const int drafted = static_cast<int>(slot->draft_tokens.size());
       const int accepted = seq->decoder->last_accepted();
-      const auto l0 = Clock::now();
-      // Handing the step to the logger (its rows' top-K runs on the logger's thread).
-      if (seq->trace) {
-        sample_logger_->AddStep(seq->trace, seq->start_pos, seq->draft_tokens, accepted,
-                                mine.narrow(0, seq->rows - (drafted + 1), drafted + 1));
-      }
-      verify_s += SecondsSince(l0);
       const SpeculativeDecoder::OptimalAcceptance& optimal = seq->decoder->last_optimal();
-      metrics_->ObserveStep(seq->series, seq->k, drafted, accepted,
-                            static_cast<int>(emitted.size()), optimal.expected,
+      metrics_->ObserveStep(seq->series, slot->k, drafted, accepted,
+                            static_cast<int>(slot->emitted.size()), optimal.expected,
                             optimal.positions);
       if (swap_hook_ && drafted > 0) {
         swap_hook_->ObserveAcceptance(draft_version_, seq->series->label, drafted, accepted);
       }
-      if (drafted > 0 && seq->draft_seconds > 0) {
-        metrics_->ObserveDraftForward(seq->draft_seconds);
+      if (drafted > 0 && slot->draft_seconds > 0) {
+        metrics_->ObserveDraftForward(slot->draft_seconds);
       }
-      if (seq->policy) seq->policy->ObserveStep(drafted, accepted);
-      const Proposer::CatchUp catch_up = seq->proposer->last_catch_up();
-      costs_.ObserveCatchUp(catch_up.tokens, catch_up.seconds);
-      draft_ran = draft_ran || catch_up.tokens > 0 || seq->draft_seconds > 0;
-      if (drafted > 0 && seq->draft_seconds > 0) {
-        draft_s += seq->draft_seconds;
-        ++draft_sequences;
-        draft_forwards = std::max(draft_forwards, drafted);
-      }
-      if (!emitted.empty() && !seq->got_first_token) {
+      if (!slot->emitted.empty() && !seq->got_first_token) {
         seq->got_first_token = true;
         seq->ttft_seconds = SecondsSince(seq->channel->created());
       }
-      std::string delta = seq->text->Push(emitted);
+      std::string delta = seq->text->Push(slot->emitted);
       if (!delta.empty()) {
         RequestEvent e;
         e.text = std::move(delta);
@@ -331,8 +267,6 @@ void Scheduler::Step() {
       Fail(seq, 500, std::string("verification failed: ") + e.what());
     }
   }
-  costs_.ObserveTarget(static_cast<int>(rows), attended, forward_s + verify_s, draft_ran);
-  if (draft_forwards > 0) costs_.ObserveDraft(draft_sequences, draft_s / draft_forwards);
 }
 
 void Scheduler::Fail(Sequence* seq, int http_status, const std::string& message) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "common/engine/decode_step.h"
 #include "common/engine/draft_model_proposer.h"
 #include "common/engine/speculative_decoder.h"
 #include "common/spec/speculation_policy.h"
@@ -40,12 +41,8 @@ struct Sequence {
   double ttft_seconds = -1;
   bool done = false;                               // retired at the end of the iteration
 
-  // This iteration's step.
-  int k = 0;
-  double draft_seconds = 0;  // the proposer's last_propose_seconds()
-  size_t row_offset = 0, rows = 0;
-  std::vector<int> draft_tokens;
-  uint32_t start_pos = 0;
+  // The decoder's place in the step (DecodeStep), and the last step's outcome.
+  DecodeSlot slot;
 };
 
 }  // namespace specloop

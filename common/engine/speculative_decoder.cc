@@ -5,10 +5,11 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include "common/engine/decode_step.h"
+#include "common/engine/draft_model_proposer.h"
 #include "common/spec/acceptance.h"
 #include "common/spec/optimal_acceptance.h"
 #include "common/spec/rrs.h"
-
 
 namespace specloop {
 
@@ -274,37 +275,17 @@ GenerateResult SpeculativeGeneration::result() const {
 }
 
 void SpeculativeGeneration::Step() {
-  c10::InferenceMode guard;
-  SpeculationPolicy* policy = options_.policy;
-  StepCostTable* costs = options_.costs;
   const auto t0 = Clock::now();
-  SpeculativeDecoder& decoder = *decoder_;
-  const std::vector<int>& tokens = decoder.tokens();
-  const int64_t remaining =
-      options_.generate.max_tokens - static_cast<int64_t>(tokens.size() - prompt_len_);
-  const int64_t context = static_cast<int64_t>(tokens.size()) - 1;  // the target's cache
-  const int k = policy ? policy->ChooseK(*costs, 1, context, proposer_->CatchUpTokens(tokens),
-                                         remaining)
-                       : options_.k;
-  decoder.Propose(k);
-  ForwardInput in = decoder.TargetInput();
-  const int positions = in.tokens.size();
-  // A forward's cost includes the verifier's work over its rows.
-  const auto f0 = Clock::now();
-  decoder.Commit(target_.Forward({std::move(in)}).to(at::kCPU));
-  const double forward_s = std::chrono::duration<double>(Clock::now() - f0).count();
-  const int drafted = decoder.draft().tokens.size();
-  if (costs) {
-    const Proposer::CatchUp catch_up = proposer_->last_catch_up();
-    const double draft_s = proposer_->last_propose_seconds();
-    costs->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
-    // Each row attends to the cache and to the rows before it.
-    const double attended = positions * static_cast<double>(context) +
-                            positions * (positions - 1) / 2.0;
-    costs->ObserveTarget(positions, attended, forward_s, draft_s > 0 || catch_up.tokens > 0);
-    if (drafted > 0 && draft_s > 0) costs->ObserveDraft(1, draft_s / drafted);
-  }
-  if (policy) policy->ObserveStep(drafted, decoder.last_accepted());
+  DecodeSlot slot;
+  slot.decoder = decoder_.get();
+  slot.proposer = proposer_;
+  slot.draft_proposer = dynamic_cast<DraftModelProposer*>(proposer_);
+  slot.policy = options_.policy;
+  slot.fixed_k = options_.k;
+  slot.max_tokens = options_.generate.max_tokens;
+  slot.prompt_len = prompt_len_;
+  DecodeStep(target_, options_.costs, {&slot});
+  TORCH_CHECK(slot.error.empty(), slot.error);
   decode_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 

@@ -156,7 +156,8 @@ GenerateResult GenerateSpeculative(const LlamaModel& target, Proposer* proposer,
                                    const SpeculativeOptions& options, SpeculativeStats* stats);
 
 // GenerateSpeculative one verification step at a time (as PlainGeneration; spec_bench steps
-// decoders in lockstep). `target`, `proposer` and the policy must outlive it.
+// decoders in lockstep): each Step() is DecodeStep (decode_step.h) over a batch of one, the
+// server's decode loop. `target`, `proposer` and the policy must outlive it.
 class SpeculativeGeneration {
  public:
   // Runs the prompt but its last token through the target (prefill_seconds).

@@ -262,7 +262,9 @@ TEST(AcceptanceDriftTest, AChangeOfKAloneMovesNothing) {
     }
     EXPECT_NEAR(d.long_alpha(), 0.8, 0.02) << "k=" << k;
     EXPECT_NEAR(d.short_alpha(), 0.8, 0.1) << "k=" << k;
-    if (k == 4) EXPECT_NEAR(static_cast<double>(accepted) / drafted, 0.59, 0.02);
+    if (k == 4) {
+      EXPECT_NEAR(static_cast<double>(accepted) / drafted, 0.59, 0.02);
+    }
   }
   EXPECT_EQ(d.up_events() + d.down_events(), 0u);
 

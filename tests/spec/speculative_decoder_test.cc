@@ -502,7 +502,9 @@ TEST(DraftModelProposer, BatchedDraftingEqualsDraftingAlone) {
     for (size_t i = 0; i < setups.size(); ++i) {
       EXPECT_EQ(a[i].tokens, b[i].tokens) << "block " << block << " sequence " << i;
       EXPECT_EQ(a[i].probs, b[i].probs) << "block " << block << " sequence " << i;
-      if (!a[i].tokens.empty()) EXPECT_GT(batched[i]->last_propose_seconds(), 0.0);
+      if (!a[i].tokens.empty()) {
+        EXPECT_GT(batched[i]->last_propose_seconds(), 0.0);
+      }
       EXPECT_EQ(batched[i]->last_catch_up().tokens, alone[i]->last_catch_up().tokens);
       // The next context: the first draft token accepted, then a token the draft did not
       // propose (a rejection); an empty block (an early stop): two tokens decoded plainly.

@@ -18,7 +18,7 @@
 
 #include "buffer/replay_logger.h"
 #include "buffer/replay_reader.h"
-#include "common/draft_channel.h"
+#include "common/channel/draft_channel.h"
 #include "tests/trainer/test_util.h"
 #include "trainer/alpha_estimate.h"
 #include "trainer/synthetic_traffic.h"
@@ -44,6 +44,22 @@ class TrainCommandTest : public ::testing::Test {
     return {SPECLOOP_BINARY, "train", "--draft", SharedDir() + "/models/draft-prose-1m",
             "--buffer", dir_->Sub("buffer"), "--checkpoints", checkpoints, "--lr", "1e-3",
             "--metrics-port", "0", "--threads", "1"};
+  }
+
+  // Runs `specloop train` with TrainArgs(ckpt) and then `tail` (more flags, redirections);
+  // returns its exit status, with its stdout in *out and the last JSON line in *last.
+  static int RunTrain(const std::string& ckpt, const std::string& tail, std::string* out,
+                      std::string* last) {
+    std::string cmd;
+    for (const auto& a : TrainArgs(ckpt)) cmd += "'" + a + "' ";
+    FILE* p = popen((cmd + tail).c_str(), "r");
+    if (p == nullptr) return -1;
+    char buf[4096];
+    while (fgets(buf, sizeof(buf), p)) {
+      *out += buf;
+      if (buf[0] == '{') *last = buf;
+    }
+    return WEXITSTATUS(pclose(p));
   }
 
   static TempDir* dir_;
@@ -106,19 +122,9 @@ class Child {
 
 TEST_F(TrainCommandTest, OfflinePrintsItsReportAndWritesACheckpoint) {
   TempDir ckpt("specloop-train-offline");
-  std::string cmd;
-  for (const auto& a : TrainArgs(ckpt.path())) cmd += "'" + a + "' ";
-  cmd += "--offline --epochs 4 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
   std::string out, last;
-  char buf[4096];
-  while (fgets(buf, sizeof(buf), p)) {
-    out += buf;
-    if (buf[0] == '{') last = buf;
-  }
-  const int status = pclose(p);
-  ASSERT_EQ(WEXITSTATUS(status), 0) << out;  // 0: written (3 would be: refused by the gate)
+  const int status = RunTrain(ckpt.path(), "--offline --epochs 4 2>/dev/null", &out, &last);
+  ASSERT_EQ(status, 0) << out;  // 0: written (3 would be: refused by the gate)
   const nlohmann::json r = nlohmann::json::parse(last);
   EXPECT_EQ(r["version"], 1) << last;
   for (const char* d : {"python", "c", "legal"}) {
@@ -145,19 +151,12 @@ TEST_F(TrainCommandTest, OfflinePrintsItsReportAndWritesACheckpoint) {
 // held-out records (the default fraction, 0.1), and the stderr summary has a line per regime.
 TEST_F(TrainCommandTest, OfflineReportsHeldOutAlphaPerSamplingRegime) {
   TempDir ckpt("specloop-train-regimes");
-  std::string cmd;
-  for (const auto& a : TrainArgs(ckpt.path())) cmd += "'" + a + "' ";
   const std::string err_path = ckpt.Sub("stderr.txt");
-  cmd += "--offline --epochs 1 --force 2>'" + err_path + "'";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
   std::string out, last;
-  char buf[4096];
-  while (fgets(buf, sizeof(buf), p)) {
-    out += buf;
-    if (buf[0] == '{') last = buf;
-  }
-  ASSERT_EQ(WEXITSTATUS(pclose(p)), 0) << out;  // --force: a checkpoint either way
+  ASSERT_EQ(RunTrain(ckpt.path(), "--offline --epochs 1 --force 2>'" + err_path + "'", &out,
+                     &last),
+            0)
+      << out;  // --force: a checkpoint either way
   const nlohmann::json r = nlohmann::json::parse(last);
   ASSERT_TRUE(r.contains("regimes")) << last;
   int64_t domain_positions = 0;

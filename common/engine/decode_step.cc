@@ -1,0 +1,130 @@
+#include "common/engine/decode_step.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+#include <c10/core/InferenceMode.h>
+
+namespace specloop {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+void FailSlot(DecodeSlot* slot, const char* what, const std::exception& e) {
+  slot->error = std::string(what) + ": " + e.what();
+}
+}  // namespace
+
+void DecodeStep(const LlamaModel& target, StepCostTable* costs,
+                const std::vector<DecodeSlot*>& slots, DecodeStepTimes* times) {
+  c10::InferenceMode guard;
+  const int batch = static_cast<int>(slots.size());
+  // 1-2. Each sequence's k, then its drafts: the model-drafting ones in one batch.
+  std::vector<DraftModelProposer::BatchItem> items;
+  for (DecodeSlot* slot : slots) {
+    slot->k = 0;
+    slot->draft_tokens.clear();
+    slot->emitted.clear();
+    slot->error.clear();
+    slot->draft_seconds = 0;
+    try {
+      SpeculativeDecoder& decoder = *slot->decoder;
+      const std::vector<int>& tokens = decoder.tokens();
+      if (slot->policy != nullptr) {
+        const int64_t remaining =
+            slot->max_tokens - static_cast<int64_t>(tokens.size() - slot->prompt_len);
+        slot->k = slot->policy->ChooseK(*costs, batch, static_cast<int64_t>(tokens.size()) - 1,
+                                        slot->proposer->CatchUpTokens(tokens), remaining);
+      } else {
+        slot->k = slot->fixed_k;
+      }
+      if (slot->draft_proposer != nullptr) {
+        const int k = decoder.BeginPropose(slot->k);
+        items.push_back({slot->draft_proposer, &decoder.tokens(), k, decoder.mutable_draft()});
+      } else {
+        decoder.Propose(slot->k);
+      }
+    } catch (const std::exception& e) {
+      FailSlot(slot, "draft failed", e);
+    }
+  }
+  try {
+    DraftModelProposer::ProposeBatch(items);
+  } catch (const std::exception& e) {  // the batch's draft forwards touched them all
+    for (DecodeSlot* slot : slots) {
+      if (slot->draft_proposer != nullptr && slot->error.empty()) FailSlot(slot, "draft failed", e);
+    }
+  }
+
+  // 3. One target forward over every sequence still in the step.
+  std::vector<DecodeSlot*> live;
+  std::vector<ForwardInput> inputs;
+  std::vector<size_t> offsets;
+  size_t rows = 0;
+  double attended = 0;  // cached tokens the rows attend to, summed over the rows
+  for (DecodeSlot* slot : slots) {
+    if (!slot->error.empty()) continue;
+    SpeculativeDecoder& decoder = *slot->decoder;
+    if (slot->draft_proposer != nullptr) decoder.EndPropose();
+    slot->draft_seconds = slot->proposer->last_propose_seconds();
+    slot->draft_tokens = decoder.draft().tokens;
+    slot->start_pos = static_cast<uint32_t>(decoder.tokens().size());
+    ForwardInput in = decoder.TargetInput();
+    const size_t n = in.tokens.size();
+    offsets.push_back(rows);
+    rows += n;
+    // Each row attends to the cache and to the rows before it.
+    attended += n * static_cast<double>(slot->start_pos - 1) + n * (n - 1) / 2.0;
+    inputs.push_back(std::move(in));
+    live.push_back(slot);
+  }
+  if (live.empty()) return;
+  at::Tensor logits;
+  const auto t0 = Clock::now();
+  try {
+    logits = target.Forward(inputs).to(at::kCPU).contiguous();
+  } catch (const std::exception& e) {
+    for (DecodeSlot* slot : live) FailSlot(slot, "target forward failed", e);
+    return;
+  }
+  const double forward_s = SecondsSince(t0);
+  if (times != nullptr) *times = {forward_s, static_cast<int>(live.size())};
+
+  // 4. Verification, each sequence's on_commit; 5. what the step measured.
+  double verify_s = 0;  // the verifiers' (and on_commit's) work: part of what a row costs
+  double draft_s = 0;   // the step's drafting, catch-ups apart
+  int draft_sequences = 0, draft_forwards = 0;
+  bool draft_ran = false;
+  for (size_t i = 0; i < live.size(); ++i) {
+    DecodeSlot* slot = live[i];
+    const size_t n = (i + 1 < live.size() ? offsets[i + 1] : rows) - offsets[i];
+    try {
+      const at::Tensor mine = logits.narrow(0, offsets[i], n);
+      const auto c0 = Clock::now();
+      slot->emitted = slot->decoder->Commit(mine);
+      if (slot->on_commit) slot->on_commit(*slot, mine);
+      verify_s += SecondsSince(c0);
+    } catch (const std::exception& e) {
+      FailSlot(slot, "verification failed", e);
+      continue;
+    }
+    const int drafted = static_cast<int>(slot->draft_tokens.size());
+    if (slot->policy != nullptr) slot->policy->ObserveStep(drafted, slot->decoder->last_accepted());
+    const Proposer::CatchUp catch_up = slot->proposer->last_catch_up();
+    if (costs != nullptr) costs->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
+    draft_ran = draft_ran || catch_up.tokens > 0 || slot->draft_seconds > 0;
+    if (drafted > 0 && slot->draft_seconds > 0) {
+      draft_s += slot->draft_seconds;
+      ++draft_sequences;
+      draft_forwards = std::max(draft_forwards, drafted);
+    }
+  }
+  if (costs == nullptr) return;
+  costs->ObserveTarget(static_cast<int>(rows), attended, forward_s + verify_s, draft_ran);
+  if (draft_forwards > 0) costs->ObserveDraft(draft_sequences, draft_s / draft_forwards);
+}
+
+}  // namespace specloop
