@@ -222,7 +222,9 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-replay", t.max_replay,
                   "online: most samples trained per training record (then wait for traffic)")
       ->capture_default_str();
-  cmd->add_option("--eval-every", t.eval_every_steps, "steps between evaluations")
+  cmd->add_option("--eval-every", t.eval_every_steps,
+                  "steps between evaluations; 0: adaptive (after 25 steps following a publish or "
+                  "a traffic shift, doubling after each refusal up to 200, at most 25% of the time)")
       ->capture_default_str();
   cmd->add_option("--catch-up-interval-ms", t.catch_up_interval_ms,
                   "online: period of reading new buffer records, milliseconds")

@@ -374,6 +374,7 @@ Status Trainer::RunOnline(const std::atomic<bool>& stop, DraftPublisher* publish
   using Clock = std::chrono::steady_clock;
   const auto interval = std::chrono::milliseconds(options_.catch_up_interval_ms);
   auto last_catch_up = Clock::now();
+  EvalCadence cadence(options_.eval_cadence);
   const auto wait_for_traffic = [&] {  // until the next catch-up, which then runs at once
     for (int i = 0; i < 10 && !stop.load(); ++i) std::this_thread::sleep_for(interval / 10);
     last_catch_up = Clock::now() - interval;
@@ -405,11 +406,21 @@ Status Trainer::RunOnline(const std::atomic<bool>& stop, DraftPublisher* publish
       if (!IsHeldOut(r, options_.heldout_fraction)) ptrs.push_back(&r);
     }
     double loss = 0;
+    const auto t0 = Clock::now();
     SPECLOOP_RETURN_IF_ERROR(TrainStep(ptrs, &loss));
-    if (options_.eval_every_steps > 0 && steps_ % options_.eval_every_steps == 0 && loss != 0) {
+    const double step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    const bool evaluate = options_.eval_every_steps > 0
+                              ? steps_ % options_.eval_every_steps == 0
+                              : cadence.AfterStep(step_seconds, recent_traffic_);
+    if (evaluate && loss != 0) {
       EvalResult r;
       Status es = EvaluateAndPublish(publisher, /*force=*/false, &r);
       if (!es.ok()) Log("evaluation failed: " + es.ToString());
+      using Outcome = EvalCadence::Outcome;
+      cadence.Evaluated(r.seconds, !es.ok()                      ? Outcome::kRefused
+                                   : r.decision.publish           ? Outcome::kPublished
+                                   : r.decision.reason == "no_data" ? Outcome::kNoData
+                                                                    : Outcome::kRefused);
     }
   }
   return Status::OK();

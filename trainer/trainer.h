@@ -41,6 +41,7 @@
 #include "trainer/adamw.h"
 #include "trainer/alpha_estimate.h"
 #include "trainer/checkpoint_store.h"
+#include "trainer/eval_cadence.h"
 #include "trainer/distill_loss.h"
 #include "trainer/publish_gate.h"
 #include "trainer/trainer_metrics.h"
@@ -76,7 +77,12 @@ struct TrainerOptions {
   double alpha_gap_boost = 20.0;      // domain weight boost per unit of alpha gap. Default: 20.
   double heldout_fraction = 0.1;      // records held out for evaluation. Default: 0.1.
   size_t max_heldout_per_domain = 256;  // newest held-out records kept per domain.
-  int eval_every_steps = 200;         // online: steps between evaluations. Default: 200.
+  // Online: when to evaluate (and maybe publish) the candidate. eval_every_steps > 0: every
+  // that many steps; 0: the adaptive cadence of eval_cadence.h (25 steps after a publish or a
+  // shift of the traffic, doubling after each refusal up to 200, at most 25% of the time).
+  // Default: 0.
+  int eval_every_steps = 0;
+  EvalCadenceOptions eval_cadence;
   // Online: at most this many samples trained (since this trainer opened) per training record
   // in the buffers; beyond it the trainer waits for new traffic instead of overfitting a young
   // buffer (held-out alpha fell while training alpha rose). 0: no limit. Default: 4.
