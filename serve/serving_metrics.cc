@@ -52,6 +52,8 @@ Status ServingMetrics::Register() {
           &prompt_tokens_);
   counter("specloop_generated_tokens_total", "Tokens generated.", {"domain"}, d, &generated_);
   counter("specloop_spec_steps_total", "Target verification steps.", {"domain"}, d, &steps_);
+  counter("specloop_drafts_total", "Verification steps that verified a draft (k > 0 proposed).",
+          {"domain"}, d, &drafts_);
   counter("specloop_draft_tokens_total", "Draft tokens proposed.", {"domain"}, d, &drafted_);
   counter("specloop_accepted_tokens_total", "Draft tokens accepted.", {"domain"}, d, &accepted_);
   counter("specloop_accepted_tokens_by_position_total",
@@ -129,6 +131,7 @@ ServingMetrics::DomainSeries* ServingMetrics::ForDomain(const std::string& label
     d->prompt_tokens = &prompt_tokens_->Add(l);
     d->generated_tokens = &generated_->Add(l);
     d->steps = &steps_->Add(l);
+    d->drafts = &drafts_->Add(l);
     d->draft_tokens = &drafted_->Add(l);
     d->accepted_tokens = &accepted_->Add(l);
     for (int i = 0; i < std::max(1, options_.k_max); ++i) {
@@ -147,6 +150,7 @@ ServingMetrics::DomainSeries* ServingMetrics::ForDomain(const std::string& label
 void ServingMetrics::ObserveStep(DomainSeries* d, int k, int drafted, int accepted,
                                  int emitted, double optimal, int optimal_positions) {
   d->steps->Increment();
+  if (drafted > 0) d->drafts->Increment();
   d->draft_tokens->Increment(drafted);
   d->accepted_tokens->Increment(accepted);
   d->generated_tokens->Increment(emitted);

@@ -46,6 +46,7 @@ class ServingMetrics {
     metrics::Counter* prompt_tokens;
     metrics::Counter* generated_tokens;
     metrics::Counter* steps;
+    metrics::Counter* drafts;  // steps that proposed at least one token
     metrics::Counter* draft_tokens;
     metrics::Counter* accepted_tokens;
     std::vector<metrics::Counter*> accepted_at;  // [position]
@@ -95,7 +96,7 @@ class ServingMetrics {
   DomainDrift drift_;
 
   metrics::Family<metrics::Counter>*requests_, *http_errors_, *prompt_tokens_, *generated_,
-      *steps_, *drafted_, *accepted_, *accepted_at_, *drift_events_, *swaps_, *swap_failures_,
+      *steps_, *drafts_, *drafted_, *accepted_, *accepted_at_, *drift_events_, *swaps_, *swap_failures_,
       *rollbacks_, *records_written_, *records_dropped_, *scheduler_errors_;
   metrics::Family<metrics::Histogram>*duration_, *ttft_, *tokens_per_step_, *forward_,
       *batch_size_;

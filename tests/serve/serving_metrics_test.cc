@@ -38,7 +38,10 @@ TEST(ServingMetrics, ExposesAlphaWindowsDriftAndPassesPromtool) {
   // prose: alpha 0.9 then a drop to 0.2 (a drift event); python steady at 0.5.
   for (int i = 0; i < 400; ++i) m->ObserveStep(prose, 4, 4, i % 10 == 0 ? 3 : 4, 4);
   for (int i = 0; i < 200; ++i) m->ObserveStep(prose, 4, 4, i % 5 == 0 ? 4 : 0, 1);
-  for (int i = 0; i < 300; ++i) m->ObserveStep(code, 2, 2, i % 2 ? 2 : 0, 2);
+  for (int i = 0; i < 300; ++i) {  // alpha*: 2 of 2 tested positions, or 0.5 of 1
+    m->ObserveStep(code, 2, 2, i % 2 ? 2 : 0, 2, i % 2 ? 2 : 0.5, i % 2 ? 2 : 1);
+  }
+  for (int i = 0; i < 50; ++i) m->ObserveStep(code, 0, 0, 0, 1);  // plain steps: no draft
   m->ObserveRequest(prose, "stop", 0.2, 0.01, 10);
   m->ObserveTargetForward(0.001, 4);
   m->ObserveHttpError(400);
@@ -50,9 +53,25 @@ TEST(ServingMetrics, ExposesAlphaWindowsDriftAndPassesPromtool) {
                            "specloop_acceptance_drift_events_total{domain=\"prose\",direction=\"down\"}",
                            "specloop_tokens_per_step_bucket{domain=\"python\",le=\"2\"}",
                            "specloop_requests_total{domain=\"prose\",finish_reason=\"stop\"} 1",
-                           "specloop_draft_version 0"}) {
+                           "specloop_draft_version 0",
+                           // python: 150 steps of 2 of 2 accepted, 150 of 0 of 2; 50 plain.
+                           "specloop_spec_steps_total{domain=\"python\"} 350",
+                           "specloop_drafts_total{domain=\"python\"} 300",
+                           "specloop_accepted_tokens_by_position_total{domain=\"python\",position=\"1\"} 150"}) {
     EXPECT_NE(text.find(want), std::string::npos) << want;
   }
+  // Per tested token: 300 accepted of 300 + 150 tested; alpha* 0.5 on the rejected ones;
+  // mean acceptance length 1 + 1 per drafting step (the long window, half-life 500 steps,
+  // weighs the two kinds of steps alike as they alternate).
+  auto gauge = [&](const std::string& series) {
+    const size_t at = text.find(series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 1));
+  };
+  EXPECT_NEAR(gauge("specloop_acceptance_rate{domain=\"python\",window=\"long\"}"), 2.0 / 3,
+              0.01);
+  EXPECT_NEAR(gauge("specloop_optimal_acceptance_rate{domain=\"python\"}"), 2.5 / 3, 0.01);
+  EXPECT_NEAR(gauge("specloop_mean_acceptance_length{domain=\"python\"}"), 2.0, 0.01);
+  EXPECT_LT(gauge("specloop_optimal_acceptance_rate{domain=\"prose\"}"), 0);  // never observed
   auto readings = m->drift().Snapshot();
   ASSERT_EQ(readings.size(), 2u);
   EXPECT_EQ(readings[0].domain, "prose");
