@@ -172,6 +172,17 @@ void Scheduler::Admit() {
         seq->proposer = std::move(dp);
       }
       if (options_.k < 0) seq->policy = PolicyFor(seq->series->label, draft_version_);
+      if (options_.k < 0 && options_.suffix_tokens > 0) {
+        SuffixState& st = suffixes_[seq->series->label];
+        if (!st.index) {
+          SuffixIndex::Options so;
+          so.max_tokens = options_.suffix_tokens;
+          st.index = std::make_unique<SuffixIndex>(so);
+        }
+        seq->suffix = std::make_unique<SuffixProposer>(target_->config().vocab_size,
+                                                       p.generate.sampling.greedy(),
+                                                       st.index.get());
+      }
       seq->draft_version = draft_version_;
       seq->decoder = std::make_unique<SpeculativeDecoder>(target_, seq->proposer.get(), p.prompt,
                                                           p.generate);
@@ -209,6 +220,8 @@ void Scheduler::Step() {
     slot.proposer = seq->proposer.get();
     slot.draft_proposer = seq->draft_proposer;
     slot.policy = options_.k >= 0 ? nullptr : seq->policy;
+    slot.suffix = seq->suffix.get();
+    slot.suffix_acceptance = seq->suffix ? &suffixes_[seq->series->label].acceptance : nullptr;
     slot.fixed_k = std::max(0, options_.k);
     slot.max_tokens = seq->channel->params().generate.max_tokens;
     slot.prompt_len = seq->channel->params().prompt.size();
@@ -240,10 +253,15 @@ void Scheduler::Step() {
       const int drafted = static_cast<int>(slot->draft_tokens.size());
       const int accepted = seq->decoder->last_accepted();
       const SpeculativeDecoder::OptimalAcceptance& optimal = seq->decoder->last_optimal();
-      metrics_->ObserveStep(seq->series, slot->k, drafted, accepted,
-                            static_cast<int>(slot->emitted.size()), optimal.expected,
-                            optimal.positions);
-      if (swap_hook_ && drafted > 0) {
+      if (slot->used_suffix) {
+        metrics_->ObserveSuffixStep(seq->series, drafted, accepted,
+                                    static_cast<int>(slot->emitted.size()));
+      } else {
+        metrics_->ObserveStep(seq->series, slot->k, drafted, accepted,
+                              static_cast<int>(slot->emitted.size()), optimal.expected,
+                              optimal.positions);
+      }
+      if (swap_hook_ && drafted > 0 && !slot->used_suffix) {
         swap_hook_->ObserveAcceptance(draft_version_, seq->series->label, drafted, accepted);
       }
       if (drafted > 0 && slot->draft_seconds > 0) {
@@ -285,6 +303,8 @@ void Scheduler::Fail(Sequence* seq, int http_status, const std::string& message)
 void Scheduler::Finish(Sequence* seq, const std::string& reason) {
   seq->done = true;
   const CompletionParams& p = seq->channel->params();
+  // The request's prompt and output join its domain's suffix index for later requests.
+  if (seq->suffix && seq->decoder) suffixes_[seq->series->label].index->Add(seq->decoder->tokens());
   if (seq->text && reason != "cancelled") {
     std::string tail = seq->text->Finish();
     if (!tail.empty()) {

@@ -28,10 +28,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/engine/decode_step.h"
 #include "common/model/llama_model.h"
 #include "common/spec/proposer.h"
 #include "common/spec/speculation_policy.h"
 #include "common/spec/step_cost_table.h"
+#include "common/spec/suffix_proposer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "serve/draft_swap_hook.h"
 #include "serve/request.h"
@@ -53,6 +55,11 @@ struct SchedulerOptions {
   // Time the batched target forward and the draft at Start() to seed the step costs.
   // Default: true.
   bool calibrate = true;
+  // Suffix proposals (adaptive k only): tokens of finished requests (prompt and output) kept
+  // per domain in a SuffixIndex (~70 bytes a token); a step takes the suffix block where it
+  // promises more tokens per second than the draft (common/engine/decode_step.h). 0: off.
+  // Default: 131072 (~9 MB a domain).
+  int64_t suffix_tokens = int64_t{1} << 17;
 };
 
 struct Sequence;
@@ -107,6 +114,12 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> active_;
   // By domain label and draft version (only the current version's are kept).
   std::map<std::pair<std::string, uint64_t>, std::unique_ptr<SpeculationPolicy>> policies_;
+  // By domain label: earlier requests' tokens, and the acceptance of suffix blocks.
+  struct SuffixState {
+    std::unique_ptr<SuffixIndex> index;
+    SuffixAcceptance acceptance;
+  };
+  std::map<std::string, SuffixState> suffixes_;
   StepCostTable costs_;
 
   std::atomic<uint64_t> draft_version_{0};

@@ -10,6 +10,7 @@
 #include "common/engine/draft_model_proposer.h"
 #include "common/engine/speculative_decoder.h"
 #include "common/spec/speculation_policy.h"
+#include "common/spec/suffix_proposer.h"
 #include "serve/request.h"
 #include "serve/sample_logger.h"
 #include "serve/serving_metrics.h"
@@ -32,6 +33,7 @@ struct Sequence {
   ServingMetrics::DomainSeries* series = nullptr;  // the domain's metrics
   SpeculationPolicy* policy = nullptr;             // the domain's policy (adaptive k only)
   std::unique_ptr<Proposer> proposer;              // DraftModelProposer or NullProposer
+  std::unique_ptr<SuffixProposer> suffix;          // over the domain's index (may be null)
   DraftModelProposer* draft_proposer = nullptr;    // = proposer when it drafts with a model
   std::unique_ptr<SpeculativeDecoder> decoder;     // target cache, verification, tokens
   std::unique_ptr<TextStream> text;                // ids -> released text, stop strings

@@ -41,6 +41,7 @@ struct ServeArgs {
   uint64_t draft_chunk_bytes = 1u << 20;
   uint32_t worker_id = 0;
   bool no_log = false;
+  bool no_suffix = false;
 };
 
 // SIGINT/SIGTERM write a byte here; a watcher thread reads it and stops the server (library
@@ -164,6 +165,7 @@ int RunServe(const ServeArgs& a) {
   so.max_waiting = a.max_waiting;
   so.k = k;
   so.policy.k_max = a.k_max;
+  if (a.no_suffix) so.suffix_tokens = 0;
   Scheduler scheduler(target.get(), std::move(draft), tokenizer.get(), metrics.get(),
                       sample_logger.get(), so);
   if (swapper) scheduler.set_swap_hook(swapper.get());
@@ -287,6 +289,9 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--k-max", a->k_max, "largest k the adaptive policy picks")
       ->capture_default_str();
   cmd->add_flag("--no-log", a->no_log, "do not log samples into the buffer");
+  cmd->add_flag("--no-suffix", a->no_suffix,
+                "no suffix proposals (continuations of earlier requests of the domain; with "
+                "--k auto they replace the draft's block where they promise more tokens/s)");
   cmd->add_option("--log-top-k", a->log_top_k, "target log-probs kept per position")
       ->capture_default_str();
   cmd->add_option("--max-domains", a->max_domains, "domain labels kept in metrics")

@@ -55,6 +55,13 @@ Status ServingMetrics::Register() {
   counter("specloop_drafts_total", "Verification steps that verified a draft (k > 0 proposed).",
           {"domain"}, d, &drafts_);
   counter("specloop_draft_tokens_total", "Draft tokens proposed.", {"domain"}, d, &drafted_);
+  counter("specloop_suffix_steps_total",
+          "Steps that verified a suffix-proposer block (earlier requests' continuations).",
+          {"domain"}, d, &suffix_steps_);
+  counter("specloop_suffix_draft_tokens_total", "Tokens proposed by the suffix proposer.",
+          {"domain"}, d, &suffix_drafted_);
+  counter("specloop_suffix_accepted_tokens_total", "Suffix-proposer tokens accepted.",
+          {"domain"}, d, &suffix_accepted_);
   counter("specloop_accepted_tokens_total", "Draft tokens accepted.", {"domain"}, d, &accepted_);
   counter("specloop_accepted_tokens_by_position_total",
           "Steps whose draft token at this position (0-based) was accepted.",
@@ -132,6 +139,9 @@ ServingMetrics::DomainSeries* ServingMetrics::ForDomain(const std::string& label
     d->generated_tokens = &generated_->Add(l);
     d->steps = &steps_->Add(l);
     d->drafts = &drafts_->Add(l);
+    d->suffix_steps = &suffix_steps_->Add(l);
+    d->suffix_draft_tokens = &suffix_drafted_->Add(l);
+    d->suffix_accepted_tokens = &suffix_accepted_->Add(l);
     d->draft_tokens = &drafted_->Add(l);
     d->accepted_tokens = &accepted_->Add(l);
     for (int i = 0; i < std::max(1, options_.k_max); ++i) {
@@ -167,6 +177,15 @@ void ServingMetrics::ObserveStep(DomainSeries* d, int k, int drafted, int accept
           .Increment();
     }
   }
+}
+
+void ServingMetrics::ObserveSuffixStep(DomainSeries* d, int drafted, int accepted, int emitted) {
+  d->steps->Increment();
+  d->generated_tokens->Increment(emitted);
+  d->tokens_per_step->Observe(emitted);
+  d->suffix_steps->Increment();
+  d->suffix_draft_tokens->Increment(drafted);
+  d->suffix_accepted_tokens->Increment(accepted);
 }
 
 void ServingMetrics::ObserveRequest(DomainSeries* d, const std::string& finish_reason,

@@ -47,6 +47,9 @@ class ServingMetrics {
     metrics::Counter* generated_tokens;
     metrics::Counter* steps;
     metrics::Counter* drafts;  // steps that proposed at least one token
+    metrics::Counter* suffix_steps;
+    metrics::Counter* suffix_draft_tokens;
+    metrics::Counter* suffix_accepted_tokens;
     metrics::Counter* draft_tokens;
     metrics::Counter* accepted_tokens;
     std::vector<metrics::Counter*> accepted_at;  // [position]
@@ -64,6 +67,9 @@ class ServingMetrics {
   // acceptance windows and the drift detector when drafted > 0.
   void ObserveStep(DomainSeries* d, int k, int drafted, int accepted, int emitted,
                    double optimal = 0.0, int optimal_positions = 0);
+  // A step whose block came from the suffix proposer: counted as a step with its tokens, and
+  // in the suffix families, not in the draft model's acceptance (nor its drift).
+  void ObserveSuffixStep(DomainSeries* d, int drafted, int accepted, int emitted);
   // A request ended: finish_reason "stop", "length", "cancelled" or "error".
   void ObserveRequest(DomainSeries* d, const std::string& finish_reason, double seconds,
                       double ttft_seconds, int prompt_tokens);
@@ -96,7 +102,7 @@ class ServingMetrics {
   DomainDrift drift_;
 
   metrics::Family<metrics::Counter>*requests_, *http_errors_, *prompt_tokens_, *generated_,
-      *steps_, *drafts_, *drafted_, *accepted_, *accepted_at_, *drift_events_, *swaps_, *swap_failures_,
+      *steps_, *drafts_, *suffix_steps_, *suffix_drafted_, *suffix_accepted_, *drafted_, *accepted_, *accepted_at_, *drift_events_, *swaps_, *swap_failures_,
       *rollbacks_, *records_written_, *records_dropped_, *scheduler_errors_;
   metrics::Family<metrics::Histogram>*duration_, *ttft_, *tokens_per_step_, *forward_,
       *batch_size_;

@@ -6,6 +6,8 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include "common/spec/acceptance.h"
+
 namespace specloop {
 
 namespace {
@@ -16,6 +18,43 @@ double SecondsSince(Clock::time_point t0) {
 void FailSlot(DecodeSlot* slot, const char* what, const std::exception& e) {
   slot->error = std::string(what) + ": " + e.what();
 }
+
+// Puts the suffix proposer's block in the slot's decoder when it promises more tokens per
+// second than the policy's choice of slot->k (SuffixAcceptance); returns whether it did.
+bool TakeSuffixBlock(const StepCostTable& costs, int batch, int64_t context, DecodeSlot* slot) {
+  SpeculativeDecoder& decoder = *slot->decoder;
+  const int room = decoder.BeginPropose(slot->policy->options().k_max);
+  DraftBlock* block = decoder.mutable_draft();
+  slot->suffix->Propose(decoder.tokens(), room, block);
+  const int m = slot->suffix->match_length();
+  const int n = std::min<int>(block->tokens.size(), m);
+  if (n > 0) {
+    const int bucket = SuffixAcceptance::Bucket(m);
+    const double alpha = slot->suffix_acceptance->by_match[bucket].alpha();
+    double index_estimate = 0;
+    for (int i = 0; i < n; ++i) index_estimate += slot->suffix->token_probs()[i];
+    const double expected =
+        std::min(index_estimate, spec::ExpectedTokensPerStep(alpha, n) - 1);
+    const double seconds = costs.TargetSeconds(batch * (n + 1), static_cast<double>(context));
+    const double rate = seconds > 0 ? (1 + expected) / seconds : 0.0;
+    SuffixAcceptance& acceptance = *slot->suffix_acceptance;
+    const bool wins = rate > slot->policy->ExpectedRate(costs, slot->k, batch, context);
+    if (wins || ++acceptance.lost[bucket] % SuffixAcceptance::kProbeInterval == 0) {
+      const int keep = wins ? n : 1;  // a probe verifies one token
+      const size_t row = block->probs.size() / block->tokens.size();  // 0 under greedy
+      block->tokens.resize(keep);
+      block->probs.resize(row * keep);
+      decoder.EndPropose();
+      slot->k = keep;
+      slot->used_suffix = true;
+      slot->suffix_bucket = bucket;
+      return true;
+    }
+  }
+  block->Clear();
+  return false;
+}
+
 }  // namespace
 
 void DecodeStep(const LlamaModel& target, StepCostTable* costs,
@@ -26,6 +65,7 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   std::vector<DraftModelProposer::BatchItem> items;
   for (DecodeSlot* slot : slots) {
     slot->k = 0;
+    slot->used_suffix = false;
     slot->draft_tokens.clear();
     slot->emitted.clear();
     slot->error.clear();
@@ -36,8 +76,13 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       if (slot->policy != nullptr) {
         const int64_t remaining =
             slot->max_tokens - static_cast<int64_t>(tokens.size() - slot->prompt_len);
-        slot->k = slot->policy->ChooseK(*costs, batch, static_cast<int64_t>(tokens.size()) - 1,
+        const int64_t context = static_cast<int64_t>(tokens.size()) - 1;
+        slot->k = slot->policy->ChooseK(*costs, batch, context,
                                         slot->proposer->CatchUpTokens(tokens), remaining);
+        if (slot->suffix != nullptr && slot->suffix_acceptance != nullptr &&
+            TakeSuffixBlock(*costs, batch, context, slot)) {
+          continue;
+        }
       } else {
         slot->k = slot->fixed_k;
       }
@@ -68,8 +113,8 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   for (DecodeSlot* slot : slots) {
     if (!slot->error.empty()) continue;
     SpeculativeDecoder& decoder = *slot->decoder;
-    if (slot->draft_proposer != nullptr) decoder.EndPropose();
-    slot->draft_seconds = slot->proposer->last_propose_seconds();
+    if (slot->draft_proposer != nullptr && !slot->used_suffix) decoder.EndPropose();
+    slot->draft_seconds = slot->used_suffix ? 0.0 : slot->proposer->last_propose_seconds();
     slot->draft_tokens = decoder.draft().tokens;
     slot->start_pos = static_cast<uint32_t>(decoder.tokens().size());
     ForwardInput in = decoder.TargetInput();
@@ -112,6 +157,11 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       continue;
     }
     const int drafted = static_cast<int>(slot->draft_tokens.size());
+    if (slot->used_suffix) {
+      slot->suffix_acceptance->by_match[slot->suffix_bucket].Observe(
+          drafted, slot->decoder->last_accepted());
+      continue;  // no draft forward, no catch-up: nothing of the draft's to measure
+    }
     if (slot->policy != nullptr) slot->policy->ObserveStep(drafted, slot->decoder->last_accepted());
     const Proposer::CatchUp catch_up = slot->proposer->last_catch_up();
     if (costs != nullptr) costs->ObserveCatchUp(catch_up.tokens, catch_up.seconds);

@@ -2,7 +2,10 @@
 // of the server's scheduler, `specloop generate` (SpeculativeGeneration, a batch of one) and
 // spec_bench. For every sequence it
 //   1. picks k: fixed, or its SpeculationPolicy's choice for this batch size, context,
-//      catch-up and remaining tokens, priced by the StepCostTable;
+//      catch-up and remaining tokens, priced by the StepCostTable; with a suffix proposer
+//      (adaptive k only), its block instead when it promises more tokens per second (see
+//      SuffixAcceptance). The choice reads the context and past steps only, so verification
+//      stays exact;
 //   2. drafts: the sequences that draft with a model together (DraftModelProposer::ProposeBatch:
 //      one batched draft forward per drafted position), the others through their proposer;
 //   3. runs ONE target forward over every sequence's pending token and drafts;
@@ -23,10 +26,38 @@
 
 #include "common/engine/draft_model_proposer.h"
 #include "common/engine/speculative_decoder.h"
+#include "common/spec/acceptance_estimator.h"
 #include "common/spec/speculation_policy.h"
 #include "common/spec/step_cost_table.h"
+#include "common/spec/suffix_proposer.h"
 
 namespace specloop {
+
+// The acceptance of suffix-proposer blocks in one domain, per tested token, kept apart by the
+// length of the context match a block came from: a long match (a recurring prompt, an output
+// seen before) is a different bet from a short one (a common phrase), and failures of the
+// short ones must not lock the long ones out. A block of n tokens from a match of m is
+// taken, cut to n <= m tokens (ArcticInference's max_spec_factor 1), when
+//   (1 + min(index estimate, tau(alpha[bucket(m)], n) - 1)) / target seconds of n + 1 rows
+// beats the policy's expected rate at its k (its n rows cost no draft forward). The buckets'
+// priors (over 8 tokens, half-life 32 steps as the policy's) rise with the match length, 0.3
+// to 0.6: a short match is weak evidence, and each failed block costs a step of the draft's
+// tokens, so short matches must earn their use while long ones are tried at once. A bucket
+// whose estimate keeps losing still has the first token of every 32nd lost block verified, so
+// that its estimate can rise where the traffic turns repetitive; a one-token probe costs the
+// step at most the draft's expected tokens less one or two. (At every 16th lost block with the
+// whole block, sampled traffic at temperature 0.8, where suffix blocks are accepted ~20% of the
+// time, ran 2-6% below --no-suffix on target-wide-46m.)
+struct SuffixAcceptance {
+  static constexpr int kBuckets = 4;  // match lengths 1-3, 4-7, 8-15, 16 and more
+  static constexpr int kProbeInterval = 32;
+  static int Bucket(int match_length) {
+    return match_length < 4 ? 0 : match_length < 8 ? 1 : match_length < 16 ? 2 : 3;
+  }
+  spec::AcceptanceEstimator by_match[kBuckets] = {{0.3, 8, 32}, {0.4, 8, 32}, {0.5, 8, 32},
+                                                  {0.6, 8, 32}};
+  int64_t lost[kBuckets] = {};  // blocks that lost to the draft, for the probes
+};
 
 struct DecodeSlot {
   // Set by the caller (not owned).
@@ -35,6 +66,10 @@ struct DecodeSlot {
   DraftModelProposer* draft_proposer = nullptr;  // = proposer when it drafts with a model
   SpeculationPolicy* policy = nullptr;           // null: fixed_k
   int fixed_k = 0;
+  // Optional (adaptive k only): a suffix proposer over the domain's earlier requests, and the
+  // per-token acceptance of its blocks (its own estimator, not the policy's).
+  SuffixProposer* suffix = nullptr;
+  SuffixAcceptance* suffix_acceptance = nullptr;
   int64_t max_tokens = 0;  // the request's, for the tokens remaining
   size_t prompt_len = 0;
   // Called after verification with this step's target rows (the last drafted + 1 are the
@@ -43,6 +78,8 @@ struct DecodeSlot {
 
   // This step's outcome.
   int k = 0;                      // asked
+  bool used_suffix = false;       // the block came from the suffix proposer
+  int suffix_bucket = 0;          // ... from a match of this SuffixAcceptance bucket
   std::vector<int> draft_tokens;  // proposed (a tree's nodes)
   uint32_t start_pos = 0;         // the pending token's position
   double draft_seconds = 0;       // proposer's last_propose_seconds()

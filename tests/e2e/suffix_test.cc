@@ -1,0 +1,83 @@
+// Suffix proposals in `specloop serve` (common/spec/suffix_proposer.h, chosen per step in
+// common/engine/decode_step.h): prompts answered a second time are drafted from the first
+// answers, and the output stays what the target decodes (greedy: the same bytes as with
+// --no-suffix, and as the first time).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "tests/e2e/e2e_util.h"
+
+namespace specloop {
+namespace e2e {
+namespace {
+
+struct Pass {
+  std::vector<std::string> texts;
+  double steps = 0, generated = 0, suffix_steps = 0, suffix_drafted = 0, suffix_accepted = 0;
+};
+
+// Two passes over the same prompts, one request at a time, greedy; counters per pass.
+std::vector<Pass> TwoPasses(const std::vector<std::string>& extra) {
+  const int port = FreePort();
+  std::vector<std::string> cmd = {SPECLOOP_BINARY, "serve", "--target", TargetDir(), "--draft",
+                                  DraftDir(), "--port", std::to_string(port), "--no-log"};
+  cmd.insert(cmd.end(), extra.begin(), extra.end());
+  Child serve(cmd);
+  std::vector<Pass> passes(2);
+  if (serve.WaitForLine("listening on", 60).empty()) {
+    ADD_FAILURE() << serve.Output();
+    return passes;
+  }
+  const std::string label = "domain=\"python\"";
+  Pass before;
+  for (Pass& pass : passes) {
+    for (const std::string& p : PromptsJson("python", 4)) {
+      const std::string req = "{\"prompt\":" + p +
+                              ",\"max_tokens\":64,\"temperature\":0,\"domain\":\"python\"}";
+      std::string body;
+      EXPECT_EQ(HttpPost(port, "/v1/completions", req, &body), 200) << body;
+      pass.texts.push_back(nlohmann::json::parse(body)["choices"][0]["text"].get<std::string>());
+    }
+    std::string text;
+    EXPECT_EQ(HttpGet(port, "/metrics", &text), 200);
+    const Pass now{{},
+                   MetricValue(text, "specloop_spec_steps_total", label),
+                   MetricValue(text, "specloop_generated_tokens_total", label),
+                   MetricValue(text, "specloop_suffix_steps_total", label),
+                   MetricValue(text, "specloop_suffix_draft_tokens_total", label),
+                   MetricValue(text, "specloop_suffix_accepted_tokens_total", label)};
+    pass.steps = now.steps - before.steps;
+    pass.generated = now.generated - before.generated;
+    pass.suffix_steps = now.suffix_steps - before.suffix_steps;
+    pass.suffix_drafted = now.suffix_drafted - before.suffix_drafted;
+    pass.suffix_accepted = now.suffix_accepted - before.suffix_accepted;
+    before = now;
+  }
+  return passes;
+}
+
+TEST(SuffixTest, RepeatedPromptsAreDraftedFromEarlierAnswersAndDecodeTheSame) {
+  const std::vector<Pass> on = TwoPasses({});
+  const std::vector<Pass> off = TwoPasses({"--no-suffix"});
+  ASSERT_EQ(on[1].texts.size(), 4u);
+  // Exact: greedy output is the target's, whoever drafted it.
+  EXPECT_EQ(on[1].texts, on[0].texts);
+  EXPECT_EQ(on[0].texts, off[0].texts);
+  EXPECT_EQ(off[1].texts, off[0].texts);
+  // The second pass repeats outputs the index holds: suffix blocks carry it, and nearly all
+  // their tokens are accepted; the same pass without them takes more target steps.
+  std::printf("second pass: %.0f steps (%.0f suffix, %.0f of %.0f tokens accepted); without "
+              "suffix %.0f steps\n",
+              on[1].steps, on[1].suffix_steps, on[1].suffix_accepted, on[1].suffix_drafted,
+              off[1].steps);
+  EXPECT_GE(on[1].suffix_steps, 5);
+  EXPECT_GE(on[1].suffix_accepted, 0.8 * on[1].suffix_drafted);
+  EXPECT_LT(on[1].steps, off[1].steps);
+  EXPECT_EQ(off[0].suffix_steps + off[1].suffix_steps, 0);
+}
+
+}  // namespace
+}  // namespace e2e
+}  // namespace specloop
