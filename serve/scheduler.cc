@@ -128,9 +128,10 @@ void Scheduler::InstallDraft(DraftCandidate candidate) {
                              : Status::InvalidArgument("no model");
   if (s.ok() && options_.k != 0) {
     for (auto& seq : active_) {
-      if (seq->draft_proposer) seq->draft_proposer->SetDraft(candidate.model.get());
+      DecodeSlot& slot = seq->slot;
+      if (slot.draft_proposer) slot.draft_proposer->SetDraft(candidate.model.get());
       seq->draft_version = version;  // reported in the response (the record keeps its start)
-      if (seq->policy) seq->policy = PolicyFor(seq->series->label, version);
+      if (slot.policy) slot.policy = PolicyFor(seq->series->label, version);
     }
     // Acceptance is per draft version: the old version's estimates go.
     for (auto it = policies_.begin(); it != policies_.end();) {
@@ -164,14 +165,16 @@ void Scheduler::Admit() {
       continue;
     }
     try {
+      DecodeSlot& slot = seq->slot;
       if (options_.k == 0) {
         seq->proposer = std::make_unique<NullProposer>();
       } else {
         auto dp = std::make_unique<DraftModelProposer>(draft_.get(), p.generate.sampling);
-        seq->draft_proposer = dp.get();
+        slot.draft_proposer = dp.get();
         seq->proposer = std::move(dp);
       }
-      if (options_.k < 0) seq->policy = PolicyFor(seq->series->label, draft_version_);
+      slot.fixed_k = std::max(0, options_.k);
+      if (options_.k < 0) slot.policy = PolicyFor(seq->series->label, draft_version_);
       if (options_.k < 0 && options_.suffix_tokens > 0) {
         SuffixState& st = suffixes_[seq->series->label];
         if (!st.index) {
@@ -182,14 +185,26 @@ void Scheduler::Admit() {
         seq->suffix = std::make_unique<SuffixProposer>(target_->config().vocab_size,
                                                        p.generate.sampling.greedy(),
                                                        st.index.get());
+        slot.suffix = seq->suffix.get();
+        slot.suffix_acceptance = &st.acceptance;
       }
       seq->draft_version = draft_version_;
       seq->decoder = std::make_unique<SpeculativeDecoder>(target_, seq->proposer.get(), p.prompt,
                                                           p.generate);
+      slot.decoder = seq->decoder.get();
+      slot.proposer = seq->proposer.get();
       seq->text = std::make_unique<TextStream>(tokenizer_, p.prompt.back(), p.stop);
       if (sample_logger_ && p.log) {
         seq->trace = sample_logger_->Begin(p.domain, p.request_id, seq->draft_version,
                                            p.generate.sampling, p.prompt);
+        // The logger's share of a step is part of what its rows cost.
+        Sequence* s = seq.get();
+        slot.on_commit = [this, s](const DecodeSlot& done, const at::Tensor& rows) {
+          const std::vector<int>& block = done.decoder->draft().tokens;
+          const int drafted = static_cast<int>(block.size());
+          sample_logger_->AddStep(s->trace, done.start_pos, block, done.decoder->last_accepted(),
+                                  rows.narrow(0, rows.size(0) - (drafted + 1), drafted + 1));
+        };
       }
     } catch (const std::exception& e) {
       metrics_->ObserveSchedulerError();
@@ -215,27 +230,8 @@ void Scheduler::Step() {
       Finish(seq, "cancelled");
       continue;
     }
-    DecodeSlot& slot = seq->slot;
-    slot.decoder = seq->decoder.get();
-    slot.proposer = seq->proposer.get();
-    slot.draft_proposer = seq->draft_proposer;
-    slot.policy = options_.k >= 0 ? nullptr : seq->policy;
-    slot.suffix = seq->suffix.get();
-    slot.suffix_acceptance = seq->suffix ? &suffixes_[seq->series->label].acceptance : nullptr;
-    slot.fixed_k = std::max(0, options_.k);
-    slot.max_tokens = seq->channel->params().generate.max_tokens;
-    slot.prompt_len = seq->channel->params().prompt.size();
-    if (seq->trace && !slot.on_commit) {
-      // The logger's share of a step is part of what its rows cost.
-      slot.on_commit = [this, seq](const DecodeSlot& s, const at::Tensor& rows) {
-        const int drafted = static_cast<int>(s.draft_tokens.size());
-        sample_logger_->AddStep(seq->trace, s.start_pos, s.draft_tokens,
-                                s.decoder->last_accepted(),
-                                rows.narrow(0, rows.size(0) - (drafted + 1), drafted + 1));
-      };
-    }
     stepping.push_back(seq);
-    slots.push_back(&slot);
+    slots.push_back(&seq->slot);
   }
   if (slots.empty()) return;
   DecodeStepTimes times;
@@ -250,7 +246,7 @@ void Scheduler::Step() {
       continue;
     }
     try {
-      const int drafted = static_cast<int>(slot->draft_tokens.size());
+      const int drafted = static_cast<int>(seq->decoder->draft().tokens.size());
       const int accepted = seq->decoder->last_accepted();
       const SpeculativeDecoder::OptimalAcceptance& optimal = seq->decoder->last_optimal();
       if (slot->used_suffix) {

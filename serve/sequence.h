@@ -31,10 +31,8 @@ struct Sequence {
 
   std::shared_ptr<RequestChannel> channel;        // the client's mailbox
   ServingMetrics::DomainSeries* series = nullptr;  // the domain's metrics
-  SpeculationPolicy* policy = nullptr;             // the domain's policy (adaptive k only)
   std::unique_ptr<Proposer> proposer;              // DraftModelProposer or NullProposer
   std::unique_ptr<SuffixProposer> suffix;          // over the domain's index (may be null)
-  DraftModelProposer* draft_proposer = nullptr;    // = proposer when it drafts with a model
   std::unique_ptr<SpeculativeDecoder> decoder;     // target cache, verification, tokens
   std::unique_ptr<TextStream> text;                // ids -> released text, stop strings
   std::shared_ptr<SampleLogger::Trace> trace;      // null when not logged
@@ -43,7 +41,8 @@ struct Sequence {
   double ttft_seconds = -1;
   bool done = false;                               // retired at the end of the iteration
 
-  // The decoder's place in the step (DecodeStep), and the last step's outcome.
+  // The decoder's place in the step (DecodeStep: its proposers, the domain's policy for
+  // adaptive k, the logger's call), set at admission, and the last step's outcome.
   DecodeSlot slot;
 };
 

@@ -170,8 +170,8 @@ void ServingMetrics::ObserveStep(DomainSeries* d, int k, int drafted, int accept
   d->tokens_per_step->Observe(emitted);
   d->speculation_length->Set(k);
   if (drafted > 0) {
-    drift_.ObserveOptimal(d->label, optimal, optimal_positions);
-    const DriftDirection e = drift_.Observe(d->label, drafted, accepted);
+    const DriftDirection e =
+        drift_.Observe(d->label, drafted, accepted, optimal, optimal_positions);
     if (e != DriftDirection::kNone) {
       drift_events_->Add({{"domain", d->label}, {"direction", DriftDirectionName(e)}})
           .Increment();

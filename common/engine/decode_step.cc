@@ -66,7 +66,6 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   for (DecodeSlot* slot : slots) {
     slot->k = 0;
     slot->used_suffix = false;
-    slot->draft_tokens.clear();
     slot->emitted.clear();
     slot->error.clear();
     slot->draft_seconds = 0;
@@ -74,11 +73,9 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       SpeculativeDecoder& decoder = *slot->decoder;
       const std::vector<int>& tokens = decoder.tokens();
       if (slot->policy != nullptr) {
-        const int64_t remaining =
-            slot->max_tokens - static_cast<int64_t>(tokens.size() - slot->prompt_len);
         const int64_t context = static_cast<int64_t>(tokens.size()) - 1;
         slot->k = slot->policy->ChooseK(*costs, batch, context,
-                                        slot->proposer->CatchUpTokens(tokens), remaining);
+                                        slot->proposer->CatchUpTokens(tokens), decoder.remaining());
         if (slot->suffix != nullptr && slot->suffix_acceptance != nullptr &&
             TakeSuffixBlock(*costs, batch, context, slot)) {
           continue;
@@ -100,7 +97,9 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     DraftModelProposer::ProposeBatch(items);
   } catch (const std::exception& e) {  // the batch's draft forwards touched them all
     for (DecodeSlot* slot : slots) {
-      if (slot->draft_proposer != nullptr && slot->error.empty()) FailSlot(slot, "draft failed", e);
+      if (slot->draft_proposer != nullptr && !slot->used_suffix && slot->error.empty()) {
+        FailSlot(slot, "draft failed", e);
+      }
     }
   }
 
@@ -115,7 +114,6 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     SpeculativeDecoder& decoder = *slot->decoder;
     if (slot->draft_proposer != nullptr && !slot->used_suffix) decoder.EndPropose();
     slot->draft_seconds = slot->used_suffix ? 0.0 : slot->proposer->last_propose_seconds();
-    slot->draft_tokens = decoder.draft().tokens;
     slot->start_pos = static_cast<uint32_t>(decoder.tokens().size());
     ForwardInput in = decoder.TargetInput();
     const size_t n = in.tokens.size();
@@ -156,7 +154,7 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       FailSlot(slot, "verification failed", e);
       continue;
     }
-    const int drafted = static_cast<int>(slot->draft_tokens.size());
+    const int drafted = static_cast<int>(slot->decoder->draft().tokens.size());
     if (slot->used_suffix) {
       slot->suffix_acceptance->by_match[slot->suffix_bucket].Observe(
           drafted, slot->decoder->last_accepted());

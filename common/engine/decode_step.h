@@ -45,9 +45,7 @@ namespace specloop {
 // tokens, so short matches must earn their use while long ones are tried at once. A bucket
 // whose estimate keeps losing still has the first token of every 32nd lost block verified, so
 // that its estimate can rise where the traffic turns repetitive; a one-token probe costs the
-// step at most the draft's expected tokens less one or two. (At every 16th lost block with the
-// whole block, sampled traffic at temperature 0.8, where suffix blocks are accepted ~20% of the
-// time, ran 2-6% below --no-suffix on target-wide-46m.)
+// step at most the draft's expected tokens less one or two.
 struct SuffixAcceptance {
   static constexpr int kBuckets = 4;  // match lengths 1-3, 4-7, 8-15, 16 and more
   static constexpr int kProbeInterval = 32;
@@ -70,17 +68,15 @@ struct DecodeSlot {
   // per-token acceptance of its blocks (its own estimator, not the policy's).
   SuffixProposer* suffix = nullptr;
   SuffixAcceptance* suffix_acceptance = nullptr;
-  int64_t max_tokens = 0;  // the request's, for the tokens remaining
-  size_t prompt_len = 0;
   // Called after verification with this step's target rows (the last drafted + 1 are the
-  // verified ones); its time counts as the rows' cost. May throw (the slot fails).
+  // verified ones; the block is decoder->draft()); its time counts as the rows' cost. May
+  // throw (the slot fails).
   std::function<void(const DecodeSlot&, const at::Tensor& rows)> on_commit;
 
-  // This step's outcome.
+  // This step's outcome; the block verified is decoder->draft() until the next step.
   int k = 0;                      // asked
   bool used_suffix = false;       // the block came from the suffix proposer
   int suffix_bucket = 0;          // ... from a match of this SuffixAcceptance bucket
-  std::vector<int> draft_tokens;  // proposed (a tree's nodes)
   uint32_t start_pos = 0;         // the pending token's position
   double draft_seconds = 0;       // proposer's last_propose_seconds()
   std::vector<int> emitted;       // tokens out (after EOS / max_tokens cuts)

@@ -258,12 +258,20 @@ std::vector<int> SpeculativeDecoder::Emit(const spec::ChainOutcome& outcome, int
 SpeculativeGeneration::SpeculativeGeneration(const LlamaModel& target, Proposer* proposer,
                                              const std::vector<int>& prompt,
                                              const SpeculativeOptions& options)
-    : target_(target), proposer_(proposer), options_(options), prompt_len_(prompt.size()) {
+    : target_(target), proposer_(proposer), options_(options) {
   TORCH_CHECK(!options.policy || options.costs, "SpeculativeOptions: a policy needs costs");
   const auto t0 = Clock::now();
   decoder_ = std::make_unique<SpeculativeDecoder>(&target, proposer, prompt, options.generate);
   prefill_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+  slot_ = std::make_unique<DecodeSlot>();
+  slot_->decoder = decoder_.get();
+  slot_->proposer = proposer_;
+  slot_->draft_proposer = dynamic_cast<DraftModelProposer*>(proposer_);
+  slot_->policy = options_.policy;
+  slot_->fixed_k = options_.k;
 }
+
+SpeculativeGeneration::~SpeculativeGeneration() = default;
 
 GenerateResult SpeculativeGeneration::result() const {
   GenerateResult r;
@@ -276,16 +284,8 @@ GenerateResult SpeculativeGeneration::result() const {
 
 void SpeculativeGeneration::Step() {
   const auto t0 = Clock::now();
-  DecodeSlot slot;
-  slot.decoder = decoder_.get();
-  slot.proposer = proposer_;
-  slot.draft_proposer = dynamic_cast<DraftModelProposer*>(proposer_);
-  slot.policy = options_.policy;
-  slot.fixed_k = options_.k;
-  slot.max_tokens = options_.generate.max_tokens;
-  slot.prompt_len = prompt_len_;
-  DecodeStep(target_, options_.costs, {&slot});
-  TORCH_CHECK(slot.error.empty(), slot.error);
+  DecodeStep(target_, options_.costs, {slot_.get()});
+  TORCH_CHECK(slot_->error.empty(), slot_->error);
   decode_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 

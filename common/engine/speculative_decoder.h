@@ -25,6 +25,8 @@
 
 namespace specloop {
 
+struct DecodeSlot;  // decode_step.h
+
 struct SpeculativeStats {
   int64_t steps = 0;     // verification steps (target forwards after the prompt)
   int64_t drafted = 0;   // draft tokens proposed
@@ -65,6 +67,10 @@ class SpeculativeDecoder {
   const DraftBlock& draft() const { return draft_; }
   // Draft tokens accepted by the last Commit().
   int last_accepted() const { return last_accepted_; }
+  // Tokens the request may still generate (max_tokens less those generated).
+  int64_t remaining() const {
+    return options_.max_tokens - static_cast<int64_t>(tokens_.size() - prompt_len_);
+  }
   // alpha* of the last Commit(): for each position verification tested (a chain's accepted
   // positions and its first rejection; a tree's nodes on the accepted path that had children),
   // what the optimal verifier would accept in expectation for the drafts proposed there, summed
@@ -163,6 +169,7 @@ class SpeculativeGeneration {
   // Runs the prompt but its last token through the target (prefill_seconds).
   SpeculativeGeneration(const LlamaModel& target, Proposer* proposer,
                         const std::vector<int>& prompt, const SpeculativeOptions& options);
+  ~SpeculativeGeneration();
   bool finished() const { return decoder_->finished(); }
   // Chooses k, drafts, verifies and feeds the policy its measurements; timed into
   // decode_seconds. REQUIRES: !finished().
@@ -176,8 +183,8 @@ class SpeculativeGeneration {
   const LlamaModel& target_;
   Proposer* proposer_;
   SpeculativeOptions options_;
-  size_t prompt_len_;
   std::unique_ptr<SpeculativeDecoder> decoder_;
+  std::unique_ptr<DecodeSlot> slot_;  // the decoder's place in DecodeStep, a batch of one
   double prefill_seconds_ = 0, decode_seconds_ = 0;
 };
 

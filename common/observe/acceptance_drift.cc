@@ -135,14 +135,12 @@ AcceptanceDrift& DomainDrift::Find(const std::string& domain, std::string* resol
 }
 
 DriftDirection DomainDrift::Observe(const std::string& domain, int drafted, int accepted,
+                                    double optimal, int optimal_positions,
                                     std::string* resolved) {
   std::lock_guard<std::mutex> lock(mu_);
-  return Find(domain, resolved).Observe(drafted, accepted);
-}
-
-void DomainDrift::ObserveOptimal(const std::string& domain, double expected, int positions) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Find(domain, nullptr).ObserveOptimal(expected, positions);
+  AcceptanceDrift& d = Find(domain, resolved);
+  d.ObserveOptimal(optimal, optimal_positions);
+  return d.Observe(drafted, accepted);
 }
 
 std::vector<DomainDrift::Reading> DomainDrift::Snapshot() const {

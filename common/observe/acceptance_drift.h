@@ -147,13 +147,13 @@ class DomainDrift {
   explicit DomainDrift(const DriftOptions& options = DriftOptions(), size_t max_domains = 64,
                        std::string overflow_domain = "other");
 
-  // Observes one step of `domain` and returns the event raised, if any. Stores the domain
-  // actually used (`domain` or the overflow domain) in *resolved when given (this may
-  // allocate; without it, an existing domain allocates nothing).
+  // Observes one step of `domain` (AcceptanceDrift::Observe, then ObserveOptimal with
+  // `optimal` over `optimal_positions`, under one lock) and returns the event raised, if any.
+  // Stores the domain actually used (`domain` or the overflow domain) in *resolved when given
+  // (this may allocate; without it, an existing domain allocates nothing).
   DriftDirection Observe(const std::string& domain, int drafted, int accepted,
+                         double optimal = 0.0, int optimal_positions = 0,
                          std::string* resolved = nullptr);
-  // AcceptanceDrift::ObserveOptimal for `domain` (folded as Observe() folds it).
-  void ObserveOptimal(const std::string& domain, double expected, int positions);
 
   struct Reading {
     std::string domain;

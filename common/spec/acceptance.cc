@@ -1,16 +1,25 @@
 #include "common/spec/acceptance.h"
 
+#include <algorithm>
 #include <cmath>
 
-#include "common/spec/distribution.h"
 
 namespace specloop {
 namespace spec {
 
+// Two passes and no allocation: the decoder calls it on every tested position (alpha*).
 double AcceptanceRate(const float* p, const float* q, int vocab) {
-  std::vector<double> pd, qd;
-  if (NormalizedCopy(p, vocab, &pd) <= 0.0 || NormalizedCopy(q, vocab, &qd) <= 0.0) return 0.0;
-  return OverlapMass(pd.data(), qd.data(), vocab);
+  double sp = 0.0, sq = 0.0;
+  for (int i = 0; i < vocab; ++i) {
+    const double a = p[i], b = q[i];
+    if (!(a >= 0.0) || !(b >= 0.0) || !std::isfinite(a) || !std::isfinite(b)) return 0.0;
+    sp += a;
+    sq += b;
+  }
+  if (!(sp > 0.0) || !(sq > 0.0)) return 0.0;
+  double overlap = 0.0;
+  for (int i = 0; i < vocab; ++i) overlap += std::min(p[i] / sp, q[i] / sq);
+  return overlap;
 }
 
 void AcceptedCountDistribution(const std::vector<double>& alphas, std::vector<double>* dist) {

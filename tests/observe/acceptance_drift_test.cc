@@ -289,16 +289,15 @@ TEST(AcceptanceDriftTest, AChangeOfKAloneMovesNothing) {
 TEST(DomainDriftTest, BoundedDomainsFoldIntoOverflow) {
   DomainDrift dd(DriftOptions(), 2, "other");
   std::string resolved;
-  dd.Observe("python", 4, 2, &resolved);
+  dd.Observe("python", 4, 2, 0, 0, &resolved);
   EXPECT_EQ(resolved, "python");
-  dd.Observe("other", 4, 2, &resolved);  // the overflow domain does not count
-  dd.Observe("rust", 4, 1, &resolved);
+  dd.Observe("other", 4, 2, 0, 0, &resolved);  // the overflow domain does not count
+  dd.Observe("rust", 4, 1, 0, 0, &resolved);
   EXPECT_EQ(resolved, "rust");
-  dd.Observe("go", 4, 4, &resolved);
+  dd.Observe("go", 4, 4, 0, 0, &resolved);
   EXPECT_EQ(resolved, "other");
-  dd.Observe("haskell", 4, 4, &resolved);
+  dd.Observe("haskell", 4, 4, 0.75, 1, &resolved);  // alpha* is folded the same way
   EXPECT_EQ(resolved, "other");
-  dd.ObserveOptimal("haskell", 0.75, 1);  // folded the same way
   EXPECT_EQ(dd.size(), 3u);
   const std::vector<DomainDrift::Reading> r = dd.Snapshot();
   ASSERT_EQ(r.size(), 3u);
