@@ -1,11 +1,22 @@
-// Domain-shift benchmark (issue 8): the service gets faster as its traffic moves to new domains.
+// Domain-shift benchmark (issues 8, 29): the service gets faster as its traffic moves to new
+// domains, in tokens per second against plain decoding.
 //
-// One run, two arms over the same trace, each against its own `specloop up` (a fresh data dir,
-// draft-prose-1m at the start, the same fixed k): `static` (--no-train: the draft never
-// changes) and `online` (the trainer distils the draft on the logged traffic and hot-swaps it
-// in). The trace is a sequence of phases whose domain mix shifts (prose+docs, python, c, legal,
-// an even mix, prose again), replayed by --concurrency closed-loop HTTP clients; requests
-// alternate temperature 0 and 0.8, with fixed seeds and max_tokens.
+// One trace, replayed by --concurrency closed-loop HTTP clients against one `specloop up` per
+// arm (a fresh data dir each), all with the same --target, `--k auto` (the default policy)
+// and the same server compute threads (`--threads 1`: in the online arm the trainer has the
+// other core; `specloop up` gives it one by default):
+//   static            draft-prose-1m, --no-train: the draft never changes
+//   online            draft-prose-1m, the trainer at its defaults distils it on the logged
+//                     traffic and hot-swaps it in
+//   reference         draft-mix-1m, --no-train: a same-size draft trained offline on every
+//                     domain
+//   static-no-suffix  the static arm with --no-suffix (every --subsample'th measured request)
+//   plain             --k 0: plain decoding (the same subsample), the denominator of "over plain"
+// The trace is a sequence of phases whose domain mix shifts (prose+docs, python, c, legal, an
+// even mix, prose again); requests alternate temperature 0 and 0.8, with fixed seeds and
+// max_tokens. The two subsampled arms carry no state from request to request (no trainer, no
+// suffix index; the policy's estimates settle within a request), so a third of the trace
+// measures them at the same load.
 //
 // Held-out prompts. Every --eval-every'th request of the trace is an evaluation request: its
 // prompt is one the trainer holds out (trainer/heldout_split.h, on the ids the server encodes),
@@ -14,36 +25,51 @@
 // prompt is one the trainer evaluates on. The run checks the split: the trainer must report no
 // more held-out records than evaluation requests were sent.
 //
+// First publish (full mode): one more `specloop up` with nothing but its defaults (draft-prose-1m,
+// the trainer running) is fed prompts of c, a domain the draft never saw, by the same clients
+// until the trainer publishes a draft; `first_publish_requests` counts the requests answered by
+// then (goal: <= 100).
+//
 // Output, stdout and --out/faster_over_time.jsonl, JSON lines:
 //   per arm, window (--window consecutive trace requests) and domain:
-//     {"arm", "window", "phase", "domain", "requests", "alpha", "tokens_per_step",
-//      "tokens_per_second", "draft_version", "objective"}
-//   alpha = accepted / tested (per token, as specloop_acceptance_rate); tokens_per_step = generated tokens per target forward;
-//   tokens_per_second = generated tokens / request latency (per client stream); draft_version:
-//   the newest in the window; objective: the trainer's loss at the window's end (online arm).
+//     {"arm", "window", "phase", "domain", "requests", "alpha", "mean_acceptance_length",
+//      "tokens_per_step", "suffix_step_share", "tokens_per_second", "over_plain",
+//      "draft_version", "objective"}
+//   alpha: the draft model's accepted / tested (as specloop_acceptance_rate; suffix blocks
+//   apart); mean_acceptance_length: 1 + the draft's accepted tokens per verified draft (as
+//   specloop_mean_acceptance_length); tokens_per_step: generated tokens per target forward
+//   (every block); suffix_step_share: the share of steps whose block the suffix proposer made;
+//   tokens_per_second: generated tokens / request latency (per client stream); over_plain: that
+//   over the plain arm's in the same phase and domain; draft_version: the newest in the window;
+//   objective: the trainer's loss at the window's end (online arm).
 //   Then summary lines {"name", "params", "value", "unit"} (see Summarize) and, in --out,
 //   requests-<arm>.jsonl (one line per request) and faster_over_time.png (gnuplot).
 //
-// Usage: faster_over_time [--short] [--out DIR] [--concurrency N] [--phase-requests N]
-//                         [--window N] [--k N] [--max-tokens N] [--trainer-eval-every N]
-//                         [--train-arg FLAG ...] [--binary PATH] [--shared DIR]
-// Full mode (default): 6 phases, 640 requests each (the first and last 320), the trainer at
-// its default, adaptive evaluation cadence (--trainer-eval-every N fixes one); ~17 minutes on 2 cores (quiet). At 320 requests a phase lasted
-// ~45 s here and online alpha was still rising at its end.
-// --short: prose+docs (112) then python (224), for the test suite (~4 minutes on 2 cores).
-// Its gate lets a domain fall by 0.05 (default 0.03): learning python costs this draft
-// ~0.02-0.04 of docs alpha, and at the default the gate's trade-off, not the learning, would
-// decide some 4-minute runs (the full mode keeps the default).
+// Usage: faster_over_time [--short] [--out DIR] [--target DIR] [--concurrency N]
+//                         [--phase-requests N] [--window N] [--k auto|N] [--max-tokens N]
+//                         [--trainer-eval-every N] [--train-arg FLAG ...] [--binary PATH]
+//                         [--shared DIR]
+// Full mode (default): target-wide-46m, 6 phases of 320 requests (the first and last 160), all
+// five arms and the first-publish check; ~40 minutes on 2 cores (quiet). A request takes ~2x
+// longer on target-wide-46m than on target-6m, so a 320-request phase gives the trainer about
+// the time a 640-request one did there.
+// --short: target-6m, prose+docs (112) then python (224), the static and online arms at a fixed
+// k = 4 (on target-6m auto mostly decodes plainly, which leaves no alpha to read), for the test
+// suite (~4 minutes on 2 cores). Its gate lets a domain fall by 0.05 (default 0.03): learning
+// python costs this draft ~0.02-0.04 of docs alpha, and at the default the gate's trade-off,
+// not the learning, would decide some 4-minute runs (the full mode keeps the default).
 #include <signal.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
@@ -55,7 +81,6 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "common/spec/acceptance.h"
 #include "common/tokenizer/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "tests/e2e/e2e_util.h"
@@ -73,16 +98,27 @@ struct Options {
   bool short_mode = false;
   std::string out = "faster-over-time";
   std::string shared = testing::SharedDir();
+  std::string target;  // default: target-wide-46m (--short: target-6m)
   std::string binary = SPECLOOP_BINARY;
   int concurrency = 4;
-  int phase_requests = 640;
+  int phase_requests = 320;
   int window = 16;
-  int k = 4;
+  std::string k;  // default: auto (--short: 4)
   int max_tokens = 64;
   int eval_every = 8;
+  int subsample = 3;  // the stateless arms replay every subsample'th measured request
   // Trainer steps between evaluations (the gate); 0: the trainer's default, adaptive cadence.
   int trainer_eval_every = 0;
   std::vector<std::string> train_args;  // more `specloop train` flags for the online arm
+};
+
+// One `specloop up` over the trace.
+struct ArmSpec {
+  std::string name, draft;
+  bool train = false;
+  std::vector<std::string> serve_args;  // beyond --k
+  std::string k;
+  bool subsampled = false;  // replays only the subsample
 };
 
 struct Phase {
@@ -95,13 +131,15 @@ struct TraceRequest {
   int index = 0, phase = 0;
   std::string domain, prompt;
   bool eval = false;
+  bool subsample = false;  // replayed by the subsampled arms too
   double temperature = 0;
 };
 
 struct Result {
   bool ok = false;
   std::string error;
-  int tokens = 0, drafted = 0, accepted = 0, tested = 0, steps = 0;
+  int tokens = 0, drafted = 0, accepted = 0, tested = 0, steps = 0, drafts = 0;
+  int suffix_steps = 0, suffix_drafted = 0, suffix_accepted = 0, suffix_tested = 0;
   uint64_t version = 0;
   double start_s = 0, end_s = 0;  // since the arm's first request
 };
@@ -118,7 +156,8 @@ struct TrainerSample {
 
 struct Arm {
   std::string name;
-  std::vector<Result> results;  // by trace index
+  std::vector<Result> results;  // by trace index (requests an arm skips stay !ok, unsent)
+  std::vector<bool> sent;
   std::vector<TrainerSample> trainer;
   double wall_s = 0;
 };
@@ -134,18 +173,34 @@ std::vector<Phase> Phases(const Options& o) {
           {"prose", {"prose"}, n / 2}};
 }
 
-// The trace: phases of requests; each domain's prompts split into replay and held-out (eval)
-// prompts by the trainer's rule, each list shuffled with a fixed seed and cycled.
-std::vector<TraceRequest> BuildTrace(const Options& o, const std::vector<Phase>& phases) {
-  const std::string target = o.shared + "/models/target-6m";
-  std::unique_ptr<Tokenizer> tokenizer;
-  ModelConfig config;
-  Status s = Tokenizer::Load(target, &tokenizer);
-  if (s.ok()) s = ModelConfig::FromDir(target, &config);
+std::vector<ArmSpec> Arms(const Options& o) {
+  const std::string prose = o.shared + "/models/draft-prose-1m";
+  std::vector<ArmSpec> arms = {{"static", prose, false, {}, o.k, false},
+                               {"online", prose, true, {}, o.k, false}};
+  if (o.short_mode) return arms;
+  arms.push_back({"reference", o.shared + "/models/draft-mix-1m", false, {}, o.k, false});
+  arms.push_back({"static-no-suffix", prose, false, {"--no-suffix"}, o.k, true});
+  arms.push_back({"plain", prose, false, {}, "0", true});
+  return arms;
+}
+
+// Loads `dir`'s tokenizer and config, or exits.
+void LoadTokenizer(const std::string& dir, std::unique_ptr<Tokenizer>* tokenizer,
+                   ModelConfig* config) {
+  Status s = Tokenizer::Load(dir, tokenizer);
+  if (s.ok()) s = ModelConfig::FromDir(dir, config);
   if (!s.ok()) {
     std::cerr << "faster_over_time: " << s.ToString() << "\n";
     std::exit(1);
   }
+}
+
+// The trace: phases of requests; each domain's prompts split into replay and held-out (eval)
+// prompts by the trainer's rule, each list shuffled with a fixed seed and cycled.
+std::vector<TraceRequest> BuildTrace(const Options& o, const std::vector<Phase>& phases) {
+  std::unique_ptr<Tokenizer> tokenizer;
+  ModelConfig config;
+  LoadTokenizer(o.target, &tokenizer, &config);
   std::mt19937_64 rng(20261121);
   std::map<std::string, std::vector<std::string>> replay, eval;
   std::map<std::string, size_t> next_replay, next_eval;
@@ -187,6 +242,8 @@ std::vector<TraceRequest> BuildTrace(const Options& o, const std::vector<Phase>&
       r.phase = static_cast<int>(p);
       r.domain = phases[p].domains[rng() % phases[p].domains.size()];
       r.eval = r.index % o.eval_every == o.eval_every - 1;
+      // Every third index: temperatures 0 and 0.8 alike (they alternate in pairs).
+      r.subsample = !r.eval && r.index % o.subsample == 0;
       auto& list = r.eval ? eval[r.domain] : replay[r.domain];
       size_t& next = (r.eval ? next_eval : next_replay)[r.domain];
       r.prompt = list[next++ % list.size()];
@@ -220,18 +277,19 @@ bool PollTrainer(int port, double t, TrainerSample* s) {
   return true;
 }
 
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 Result Send(httplib::Client* cli, const TraceRequest& r, const Options& o, double t0_s) {
-  using Clock = std::chrono::steady_clock;
-  const auto now = [] {
-    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-  };
   Result out;
-  out.start_s = now() - t0_s;
+  out.start_s = Now() - t0_s;
   const json req = {{"prompt", r.prompt},           {"max_tokens", o.max_tokens},
                     {"temperature", r.temperature}, {"seed", r.index},
                     {"domain", r.domain}};
   auto res = cli->Post("/v1/completions", req.dump(), "application/json");
-  out.end_s = now() - t0_s;
+  out.end_s = Now() - t0_s;
   if (!res) {
     out.error = "transport: " + httplib::to_string(res.error());
     return out;
@@ -251,60 +309,88 @@ Result Send(httplib::Client* cli, const TraceRequest& r, const Options& o, doubl
   out.accepted = s["accepted"].get<int>();
   out.tested = s["tested"].get<int>();
   out.steps = s["steps"].get<int>();
+  out.drafts = s["drafts"].get<int>();
+  out.suffix_steps = s["suffix"]["steps"].get<int>();
+  out.suffix_drafted = s["suffix"]["drafted"].get<int>();
+  out.suffix_accepted = s["suffix"]["accepted"].get<int>();
+  out.suffix_tested = s["suffix"]["tested"].get<int>();
   out.version = s["draft_version"].get<uint64_t>();
   out.ok = true;
   return out;
 }
 
-// Starts `specloop up` for one arm, replays the trace, stops it.
-Arm RunArm(const std::string& name, const Options& o, const std::vector<TraceRequest>& trace) {
+// Starts `specloop up` with `argv`'s arguments after the binary's, waits until it serves (and
+// trains, with `train`), or exits.
+std::unique_ptr<e2e::Child> StartUp(const std::string& name, std::vector<std::string> argv,
+                                    bool train) {
+  auto up = std::make_unique<e2e::Child>(argv, /*echo=*/false);
+  const bool ready = !up->WaitForLine("specloop up: serve is ready", 120).empty() &&
+                     (!train || !up->WaitForLine("specloop up: train is ready", 120).empty());
+  if (!ready) {
+    std::cerr << "faster_over_time: " << name << ": `specloop up` did not start:\n"
+              << up->Output();
+    std::exit(1);
+  }
+  return up;
+}
+
+// Stops `up` and echoes its lines about drafts (published, refused, rolled back) and restarts.
+void StopUp(const std::string& name, e2e::Child* up) {
+  up->Signal(SIGINT);
+  if (up->Wait(60) == -1) std::cerr << "faster_over_time: `specloop up` did not stop in 60 s\n";
+  for (const char* l : {"published", "refused", "rejected", "restart", "rollback"}) {
+    for (size_t from = 0;;) {
+      const std::string line = up->WaitForLine(l, 0, &from);
+      if (line.empty()) break;
+      std::cerr << "  [" << name << "] " << line << "\n";
+    }
+  }
+}
+
+// Starts `specloop up` for one arm, replays the trace (or its subsample), stops it.
+Arm RunArm(const ArmSpec& spec, const Options& o, const std::vector<TraceRequest>& trace) {
   Arm arm;
-  arm.name = name;
-  const bool online = name == "online";
-  const std::string data = o.out + "/" + name + "-data";
+  arm.name = spec.name;
+  const std::string data = o.out + "/" + spec.name + "-data";
   fs::remove_all(data);
   const int port = e2e::FreePort(), metrics_port = e2e::FreePort();
-  std::vector<std::string> argv = {o.binary, "up", "--target", o.shared + "/models/target-6m",
-                                   "--draft", o.shared + "/models/draft-prose-1m",
+  std::vector<std::string> argv = {o.binary, "up", "--target", o.target, "--draft", spec.draft,
                                    "--data", data, "--port", std::to_string(port),
                                    "--trainer-metrics-port", std::to_string(metrics_port),
-                                   "--serve-arg=--k=" + std::to_string(o.k),
-                                   "--serve-arg=--threads=1"};
-  if (online) {
+                                   "--threads", "1", "--serve-arg=--k=" + spec.k};
+  for (const std::string& a : spec.serve_args) argv.push_back("--serve-arg=" + a);
+  if (spec.train) {
     for (const std::string& a :
          {"--eval-every=" + std::to_string(o.trainer_eval_every),
-          "--heldout-fraction=" + std::to_string(kHeldOutFraction), std::string("--threads=1")}) {
+          "--heldout-fraction=" + std::to_string(kHeldOutFraction)}) {
       if (a != "--eval-every=0") argv.push_back("--train-arg=" + a);  // 0: the default
     }
     for (const std::string& a : o.train_args) argv.push_back("--train-arg=" + a);
   } else {
     argv.push_back("--no-train");
   }
-  e2e::Child up(argv, /*echo=*/false);
-  const bool ready = !up.WaitForLine("specloop up: serve is ready", 120).empty() &&
-                     (!online || !up.WaitForLine("specloop up: train is ready", 120).empty());
-  if (!ready) {
-    std::cerr << "faster_over_time: `specloop up` did not start:\n" << up.Output();
-    std::exit(1);
+  std::unique_ptr<e2e::Child> up = StartUp(spec.name, argv, spec.train);
+  std::vector<size_t> order;
+  arm.sent.assign(trace.size(), false);
+  for (size_t i = 0; i < trace.size(); ++i) {
+    if (spec.subsampled && !trace[i].subsample) continue;
+    order.push_back(i);
+    arm.sent[i] = true;
   }
-  std::cerr << "faster_over_time: arm " << name << ": " << trace.size() << " requests, "
+  std::cerr << "faster_over_time: arm " << spec.name << ": " << order.size() << " requests, "
             << o.concurrency << " clients\n";
 
-  using Clock = std::chrono::steady_clock;
-  const double t0 = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-  const auto since = [t0] {
-    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count() - t0;
-  };
+  const double t0 = Now();
   arm.results.resize(trace.size());
   std::atomic<size_t> next{0};
   std::atomic<bool> done{false};
   std::mutex mu;
   std::thread poller;
-  if (online) {
+  if (spec.train) {
     poller = std::thread([&] {
       while (!done.load()) {
         TrainerSample s;
-        if (PollTrainer(metrics_port, since(), &s)) {
+        if (PollTrainer(metrics_port, Now() - t0, &s)) {
           std::lock_guard<std::mutex> lock(mu);
           arm.trainer.push_back(s);
         }
@@ -317,53 +403,117 @@ Arm RunArm(const std::string& name, const Options& o, const std::vector<TraceReq
     clients.emplace_back([&] {
       httplib::Client cli("127.0.0.1", port);
       cli.set_read_timeout(300);
-      for (size_t i; (i = next.fetch_add(1)) < trace.size();) {
-        arm.results[i] = Send(&cli, trace[i], o, t0);
-        if ((i + 1) % 100 == 0) {
-          std::cerr << "faster_over_time: arm " << name << ": " << i + 1 << " requests, "
-                    << static_cast<int>(since()) << " s\n";
+      for (size_t n; (n = next.fetch_add(1)) < order.size();) {
+        arm.results[order[n]] = Send(&cli, trace[order[n]], o, t0);
+        if ((n + 1) % 200 == 0) {
+          std::cerr << "faster_over_time: arm " << spec.name << ": " << n + 1 << " requests, "
+                    << static_cast<int>(Now() - t0) << " s\n";
         }
       }
     });
   }
   for (std::thread& t : clients) t.join();
-  arm.wall_s = since();
+  arm.wall_s = Now() - t0;
   done = true;
   if (poller.joinable()) poller.join();
-  if (online) {  // the last word: after one more catch-up period
+  if (spec.train) {  // the last word: after one more catch-up period
     std::this_thread::sleep_for(std::chrono::seconds(6));
     TrainerSample s;
-    if (PollTrainer(metrics_port, since(), &s)) arm.trainer.push_back(s);
+    if (PollTrainer(metrics_port, Now() - t0, &s)) arm.trainer.push_back(s);
   }
-  up.Signal(SIGINT);
-  if (up.Wait(60) == -1) std::cerr << "faster_over_time: `specloop up` did not stop in 60 s\n";
-  for (const char* l : {"published", "refused", "rejected", "restart", "rollback"}) {
-    for (size_t from = 0;;) {
-      const std::string line = up.WaitForLine(l, 0, &from);
-      if (line.empty()) break;
-      std::cerr << "  [" << name << "] " << line << "\n";
-    }
-  }
-  std::ofstream per_request(o.out + "/requests-" + name + ".jsonl");
+  StopUp(spec.name, up.get());
+  std::ofstream per_request(o.out + "/requests-" + spec.name + ".jsonl");
   for (size_t i = 0; i < trace.size(); ++i) {
+    if (!arm.sent[i]) continue;
     const Result& r = arm.results[i];
-    per_request << json{{"index", i},          {"phase", trace[i].phase},
-                        {"domain", trace[i].domain}, {"eval", trace[i].eval},
-                        {"temperature", trace[i].temperature}, {"ok", r.ok},
-                        {"error", r.error},    {"tokens", r.tokens},
-                        {"drafted", r.drafted}, {"accepted", r.accepted},
-                        {"tested", r.tested},  {"steps", r.steps},    {"draft_version", r.version},
-                        {"start_s", r.start_s}, {"end_s", r.end_s}}
+    per_request << json{{"index", i},
+                        {"phase", trace[i].phase},
+                        {"domain", trace[i].domain},
+                        {"eval", trace[i].eval},
+                        {"temperature", trace[i].temperature},
+                        {"ok", r.ok},
+                        {"error", r.error},
+                        {"tokens", r.tokens},
+                        {"drafted", r.drafted},
+                        {"accepted", r.accepted},
+                        {"tested", r.tested},
+                        {"steps", r.steps},
+                        {"drafts", r.drafts},
+                        {"suffix_steps", r.suffix_steps},
+                        {"suffix_drafted", r.suffix_drafted},
+                        {"suffix_accepted", r.suffix_accepted},
+                        {"draft_version", r.version},
+                        {"start_s", r.start_s},
+                        {"end_s", r.end_s}}
                        .dump()
                 << "\n";
   }
   return arm;
 }
 
+// `specloop up` at its defaults (draft-prose-1m, trainer on) fed c prompts, a domain the draft
+// never saw, by --concurrency clients until the trainer publishes a draft (or 400 requests):
+// the requests answered by then; -1 when none was published.
+int FirstPublish(const Options& o) {
+  const std::string data = o.out + "/first-publish-data";
+  fs::remove_all(data);
+  const int port = e2e::FreePort(), metrics_port = e2e::FreePort();
+  std::unique_ptr<e2e::Child> up = StartUp(
+      "first-publish",
+      {o.binary, "up", "--target", o.target, "--draft", o.shared + "/models/draft-prose-1m",
+       "--data", data, "--port", std::to_string(port), "--trainer-metrics-port",
+       std::to_string(metrics_port)},
+      /*train=*/true);
+  std::vector<std::string> prompts;
+  {
+    std::ifstream in(o.shared + "/prompts/c.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      prompts.push_back(json::parse(line)["prompt"].get<std::string>());
+    }
+  }
+  constexpr int kMaxRequests = 400;
+  std::atomic<int> next{0}, answered{0}, failed{0}, at_publish{-1};
+  std::atomic<bool> done{false};
+  std::thread poller([&] {
+    while (!done.load()) {
+      TrainerSample s;
+      if (PollTrainer(metrics_port, 0, &s) && s.published > 0) {
+        at_publish = answered.load();  // at most 0.2 s and a scrape after the publish
+        done = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  std::vector<std::thread> clients;
+  for (int c = 0; c < o.concurrency; ++c) {
+    clients.emplace_back([&] {
+      httplib::Client cli("127.0.0.1", port);
+      cli.set_read_timeout(300);
+      for (int i; !done.load() && (i = next.fetch_add(1)) < kMaxRequests;) {
+        TraceRequest r;
+        r.index = i;
+        r.domain = "c";
+        r.prompt = prompts[i % prompts.size()];
+        r.temperature = (i / 2) % 2 == 0 ? 0.0 : 0.8;
+        const Result res = Send(&cli, r, o, 0);
+        (res.ok ? answered : failed)++;
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  done = true;
+  poller.join();
+  StopUp("first-publish", up.get());
+  if (failed > 0) std::cerr << "faster_over_time: first-publish: " << failed << " failed\n";
+  return failed > 0 ? -2 : at_publish.load();
+}
+
 // Sums over a set of replayed (non-eval, successful) requests.
 struct Tally {
   int requests = 0;
-  double tokens = 0, drafted = 0, accepted = 0, tested = 0, steps = 0, latency = 0;
+  double tokens = 0, drafted = 0, accepted = 0, tested = 0, steps = 0, drafts = 0, latency = 0;
+  double suffix_steps = 0, suffix_accepted = 0, suffix_tested = 0;
   uint64_t version = 0;
   void Add(const Result& r) {
     ++requests;
@@ -372,24 +522,43 @@ struct Tally {
     accepted += r.accepted;
     tested += r.tested;
     steps += r.steps;
+    drafts += r.drafts;
+    suffix_steps += r.suffix_steps;
+    suffix_accepted += r.suffix_accepted;
+    suffix_tested += r.suffix_tested;
     latency += r.end_s - r.start_s;
     version = std::max(version, r.version);
   }
-  double alpha() const { return tested > 0 ? accepted / tested : NAN; }
+  // The draft model's: suffix blocks left out.
+  double alpha() const {
+    return tested > suffix_tested ? (accepted - suffix_accepted) / (tested - suffix_tested) : NAN;
+  }
+  double mean_acceptance_length() const {
+    return drafts > suffix_steps ? 1 + (accepted - suffix_accepted) / (drafts - suffix_steps)
+                                 : NAN;
+  }
   double tokens_per_step() const { return steps > 0 ? tokens / steps : NAN; }
+  double suffix_step_share() const { return steps > 0 ? suffix_steps / steps : NAN; }
   double tokens_per_second() const { return latency > 0 ? tokens / latency : NAN; }
 };
 
-// The measured requests of `domain` in [from, to); with `held_out`, the evaluation requests
-// instead (prompts the trainer never trains on).
-Tally Sum(const Arm& arm, const std::vector<TraceRequest>& trace, int from, int to,
-          const std::string& domain, bool held_out = false) {
+// The measured requests of `domain` ("" = all) in [from, to) that `keep` accepts (default:
+// all); with `held_out`, the evaluation requests instead (prompts the trainer never trains on).
+template <typename Keep>
+Tally SumIf(const Arm& arm, const std::vector<TraceRequest>& trace, int from, int to,
+            const std::string& domain, bool held_out, Keep keep) {
   Tally t;
   for (int i = from; i < to; ++i) {
-    if (trace[i].eval != held_out || !arm.results[i].ok || trace[i].domain != domain) continue;
-    t.Add(arm.results[i]);
+    if (trace[i].eval != held_out || !arm.results[i].ok) continue;
+    if (!domain.empty() && trace[i].domain != domain) continue;
+    if (keep(i)) t.Add(arm.results[i]);
   }
   return t;
+}
+
+Tally Sum(const Arm& arm, const std::vector<TraceRequest>& trace, int from, int to,
+          const std::string& domain, bool held_out = false) {
+  return SumIf(arm, trace, from, to, domain, held_out, [](int) { return true; });
 }
 
 json Num(double v) { return std::isnan(v) ? json(nullptr) : json(v); }
@@ -405,16 +574,34 @@ void EmitSummary(std::ostream& file, const std::string& name, const json& params
               {"unit", unit}});
 }
 
-// Plot data: "request alpha tokens/s" rows per (arm, domain).
+const Arm* Find(const std::vector<Arm>& arms, const std::string& name) {
+  for (const Arm& a : arms) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+// Plain decoding's tokens/s per stream in each phase and domain (NaN without a plain arm).
+double PlainRate(const Arm* plain, const std::vector<TraceRequest>& trace,
+                 const std::vector<Phase>& phases, int phase, const std::string& domain) {
+  if (plain == nullptr) return NAN;
+  int from = 0;
+  for (int p = 0; p < phase; ++p) from += phases[p].requests;
+  return Sum(*plain, trace, from, from + phases[phase].requests, domain).tokens_per_second();
+}
+
+// Plot data: "request alpha tokens/s over-plain" rows per (arm, domain).
 using Series = std::map<std::pair<std::string, std::string>, std::string>;
 
 // Per window and domain lines for one arm; adds the arm's rows to *series.
-void EmitWindows(std::ostream& file, const Arm& arm, const std::vector<TraceRequest>& trace,
-                 const std::vector<Phase>& phases, const Options& o, Series* series) {
+void EmitWindows(std::ostream& file, const Arm& arm, const Arm* plain,
+                 const std::vector<TraceRequest>& trace, const std::vector<Phase>& phases,
+                 const Options& o, Series* series) {
   std::map<std::string, int> last_window;  // per domain, the last window with a point
   for (int w = 0; w * o.window < static_cast<int>(trace.size()); ++w) {
     const int from = w * o.window, to = std::min<int>(trace.size(), from + o.window);
-    const double end_s = arm.results[to - 1].end_s;
+    double end_s = 0;
+    for (int i = from; i < to; ++i) end_s = std::max(end_s, arm.results[i].end_s);
     double objective = NAN;
     for (const TrainerSample& s : arm.trainer) {
       if (s.t <= end_s && !std::isnan(s.loss)) objective = s.loss;
@@ -424,19 +611,24 @@ void EmitWindows(std::ostream& file, const Arm& arm, const std::vector<TraceRequ
     for (const std::string& d : domains) {
       const Tally t = Sum(arm, trace, from, to, d);
       if (t.requests == 0) continue;
+      const double over_plain =
+          t.tokens_per_second() / PlainRate(plain, trace, phases, trace[from].phase, d);
       Emit(file, {{"arm", arm.name},
                   {"window", w},
                   {"phase", phases[trace[from].phase].name},
                   {"domain", d},
                   {"requests", t.requests},
                   {"alpha", Num(t.alpha())},
+                  {"mean_acceptance_length", Num(t.mean_acceptance_length())},
                   {"tokens_per_step", Num(t.tokens_per_step())},
+                  {"suffix_step_share", Num(t.suffix_step_share())},
                   {"tokens_per_second", Num(t.tokens_per_second())},
+                  {"over_plain", Num(over_plain)},
                   {"draft_version", t.version},
                   {"objective", Num(objective)}});
-      char row[128];
-      std::snprintf(row, sizeof(row), "%d %.4f %.3f\n", (from + to) / 2, t.alpha(),
-                    t.tokens_per_second());
+      char row[160];
+      std::snprintf(row, sizeof(row), "%d %.4f %.3f %.4f\n", (from + to) / 2, t.alpha(),
+                    t.tokens_per_second(), over_plain);
       std::string& rows = (*series)[{arm.name, d}];
       if (last_window.count(d) && last_window[d] != w - 1) rows += "\n";  // a gap: break the line
       last_window[d] = w;
@@ -445,12 +637,65 @@ void EmitWindows(std::ostream& file, const Arm& arm, const std::vector<TraceRequ
   }
 }
 
+// The suffix proposer's share: the static arm against static-no-suffix on the same
+// (subsampled) requests, split by whether the request's prompt had been answered before it
+// started in the static arm (so its earlier answer was in the domain's index) or not.
+void SummarizeSuffix(std::ostream& file, const Arm& with, const Arm& without,
+                     const std::vector<TraceRequest>& trace) {
+  std::vector<bool> recurring(trace.size(), false);
+  std::map<std::string, double> first_end;  // prompt -> the earliest end of a request of it
+  std::vector<int> by_start(trace.size());
+  for (size_t i = 0; i < trace.size(); ++i) by_start[i] = static_cast<int>(i);
+  std::sort(by_start.begin(), by_start.end(), [&](int a, int b) {
+    return with.results[a].start_s < with.results[b].start_s;
+  });
+  // Walk requests by start time; a prompt recurs if an earlier request of it already ended.
+  std::vector<int> by_end = by_start;
+  std::sort(by_end.begin(), by_end.end(), [&](int a, int b) {
+    return with.results[a].end_s < with.results[b].end_s;
+  });
+  std::set<std::string> answered;
+  size_t e = 0;
+  for (int i : by_start) {
+    if (!with.results[i].ok) continue;
+    for (; e < by_end.size() && with.results[by_end[e]].end_s <= with.results[i].start_s; ++e) {
+      if (with.results[by_end[e]].ok) {
+        answered.insert(trace[by_end[e]].domain + "\n" + trace[by_end[e]].prompt);
+      }
+    }
+    recurring[i] = answered.count(trace[i].domain + "\n" + trace[i].prompt) > 0;
+  }
+  const int n = static_cast<int>(trace.size());
+  for (const bool rec : {true, false}) {
+    for (const double temperature : {0.0, 0.8, -1.0}) {  // -1: both
+      const auto keep = [&](int i) {
+        return without.sent[i] && without.results[i].ok && recurring[i] == rec &&
+               (temperature < 0 || trace[i].temperature == temperature);
+      };
+      const Tally on = SumIf(with, trace, 0, n, "", false, keep);
+      const Tally off = SumIf(without, trace, 0, n, "", false, keep);
+      const json params = {{"prompts", rec ? "recurring" : "seen_once"},
+                           {"temperature", temperature < 0 ? json("all") : json(temperature)},
+                           {"requests", on.requests}};
+      EmitSummary(file, "suffix_tokens_per_second_ratio", params,
+                  on.tokens_per_second() / off.tokens_per_second(), "x");
+      if (temperature < 0) {
+        EmitSummary(file, "suffix_step_share", params, on.suffix_step_share(), "fraction");
+      }
+    }
+  }
+}
+
 // The issue's statements, per shifted domain and for the run; returns false when a request
 // failed or the held-out split did not hold (the statistics would mean nothing).
-bool Summarize(std::ostream& file, const Arm& stat, const Arm& online,
+bool Summarize(std::ostream& file, const std::vector<Arm>& arms,
                const std::vector<TraceRequest>& trace, const std::vector<Phase>& phases,
                const Options& o) {
   bool valid = true;
+  const Arm& stat = *Find(arms, "static");
+  const Arm& online = *Find(arms, "online");
+  const Arm* reference = Find(arms, "reference");
+  const Arm* plain = Find(arms, "plain");
   int first = 0;
   for (size_t p = 0; p < phases.size(); ++p) {
     const int from = first, to = first + phases[p].requests;
@@ -461,7 +706,7 @@ bool Summarize(std::ostream& file, const Arm& stat, const Arm& online,
     if (!shifted && !final_prose) continue;
     const std::string d = ph.domains[0];
     // Phase end: the last quarter of the phase.
-    const int tail = to - (to - from) / 4;
+    const int quarter = (to - from) / 4, tail = to - quarter;
     const Tally s = Sum(stat, trace, tail, to, d), n = Sum(online, trace, tail, to, d);
     const json params = {{"domain", d}, {"phase", ph.name}, {"k", o.k}};
     EmitSummary(file, "phase_end_alpha_static", params, s.alpha(), "ratio");
@@ -474,68 +719,72 @@ bool Summarize(std::ostream& file, const Arm& stat, const Arm& online,
                 Sum(stat, trace, tail, to, d, /*held_out=*/true).alpha(), "ratio");
     EmitSummary(file, "phase_end_alpha_heldout_online", params,
                 Sum(online, trace, tail, to, d, /*held_out=*/true).alpha(), "ratio");
+    if (reference != nullptr) {
+      EmitSummary(file, "phase_end_alpha_reference", params,
+                  Sum(*reference, trace, tail, to, d).alpha(), "ratio");
+    }
     if (final_prose) continue;
-    EmitSummary(file, "tokens_per_step_ratio", params, n.tokens_per_step() / s.tokens_per_step(),
-                "x");
-    EmitSummary(file, "tokens_per_second_ratio", params,
+    EmitSummary(file, "phase_end_mean_acceptance_length_online", params,
+                n.mean_acceptance_length(), "tokens");
+    EmitSummary(file, "phase_end_tokens_per_second_online_over_static", params,
                 n.tokens_per_second() / s.tokens_per_second(), "x");
-    // Same k, draft and target in both arms: the cost of a step is the same, so the predicted
-    // speed ratio is the ratio of expected tokens per step at the measured alphas.
-    EmitSummary(file, "tokens_per_second_ratio_predicted", params,
-                spec::ExpectedTokensPerStep(n.alpha(), o.k) /
-                    spec::ExpectedTokensPerStep(s.alpha(), o.k),
+    if (reference != nullptr) {
+      EmitSummary(file, "phase_end_tokens_per_second_online_over_reference", params,
+                  n.tokens_per_second() / Sum(*reference, trace, tail, to, d).tokens_per_second(),
+                  "x");
+    }
+    if (plain != nullptr) {
+      const double plain_rate = Sum(*plain, trace, tail, to, d).tokens_per_second();
+      for (const Arm& a : arms) {
+        if (a.name == "plain" || a.name == "static-no-suffix") continue;
+        EmitSummary(file, "phase_end_tokens_per_second_over_plain",
+                    {{"domain", d}, {"phase", ph.name}, {"arm", a.name}},
+                    Sum(a, trace, tail, to, d).tokens_per_second() / plain_rate, "x");
+      }
+    }
+    // Adaptation: the online arm's tokens/s over the phase's second quarter against its last
+    // quarter (>= 0.9: 90% of the phase-end speed within the first half), and the first
+    // window (of --window requests, two windows averaged) reaching 90% of it, as a fraction of
+    // the phase.
+    EmitSummary(file, "adaptation_second_quarter_over_phase_end", params,
+                Sum(online, trace, from + quarter, from + 2 * quarter, d).tokens_per_second() /
+                    n.tokens_per_second(),
                 "x");
-    // Adaptation: the first window of the phase whose online alpha reaches 90% of the
-    // phase-end value, as a fraction of the phase.
     double reached = 1.0;
     for (int w = from; w < to; w += o.window) {
-      const Tally t = Sum(online, trace, w, std::min(to, w + o.window), d);
-      if (t.alpha() >= 0.9 * n.alpha()) {
-        reached = static_cast<double>(std::min(to, w + o.window) - from) / (to - from);
+      const Tally t = Sum(online, trace, w, std::min(to, w + 2 * o.window), d);
+      if (t.tokens_per_second() >= 0.9 * n.tokens_per_second()) {
+        reached = static_cast<double>(std::min(to, w + 2 * o.window) - from) / (to - from);
         break;
       }
     }
     EmitSummary(file, "adaptation_phase_fraction", params, reached, "fraction");
-    // Measured prompts recur within a phase, so alpha by the prompt's visit (1: its first
-    // request in the phase): a temperature-0 visit repeats the continuation of the prompt's
-    // earlier ones at temperature 0, and what the draft learnt of those prompts shows as a
-    // rise over visits; the static arm's values are the same draft on the same requests. A
-    // prompt listed twice in its file has twice the visits, so the highest visits hold few
-    // requests.
-    std::map<std::string, int> seen;
-    std::vector<std::pair<int, int>> visits;  // (trace index, visit) of the measured requests
-    for (int i = from; i < to; ++i) {
-      if (!trace[i].eval && trace[i].domain == d) visits.emplace_back(i, ++seen[trace[i].prompt]);
-    }
-    for (const Arm* a : {&stat, &online}) {
-      std::map<int, Tally> by_visit;
-      for (const auto& [i, visit] : visits) {
-        if (a->results[i].ok) by_visit[visit].Add(a->results[i]);
-      }
-      for (const auto& [v, t] : by_visit) {
-        EmitSummary(file, "alpha_by_visit",
-                    {{"domain", d},
-                     {"phase", ph.name},
-                     {"arm", a->name},
-                     {"visit", v},
-                     {"requests", t.requests},
-                     {"k", o.k}},
-                    t.alpha(), "ratio");
-      }
+  }
+  if (plain != nullptr) {
+    // Over the whole trace, on the requests the plain arm replayed (the same requests).
+    const int n = static_cast<int>(trace.size());
+    const auto same = [&](int i) { return plain->sent[i]; };
+    const double plain_rate = Sum(*plain, trace, 0, n, "").tokens_per_second();
+    for (const Arm& a : arms) {
+      if (a.name == "plain") continue;
+      EmitSummary(file, "trace_tokens_per_second_over_plain", {{"arm", a.name}},
+                  SumIf(a, trace, 0, n, "", false, same).tokens_per_second() / plain_rate, "x");
     }
   }
-  for (const Arm* a : {&stat, &online}) {
+  const Arm* no_suffix = Find(arms, "static-no-suffix");
+  if (no_suffix != nullptr) SummarizeSuffix(file, stat, *no_suffix, trace);
+  for (const Arm& a : arms) {
     int failed = 0;
-    for (const Result& r : a->results) failed += r.ok ? 0 : 1;
-    for (size_t i = 0; i < a->results.size() && failed > 0; ++i) {
-      if (!a->results[i].ok) {
-        std::cerr << "faster_over_time: " << a->name << " request " << i
-                  << " failed: " << a->results[i].error << "\n";
+    for (size_t i = 0; i < a.results.size(); ++i) failed += a.sent[i] && !a.results[i].ok;
+    for (size_t i = 0; i < a.results.size() && failed > 0; ++i) {
+      if (a.sent[i] && !a.results[i].ok) {
+        std::cerr << "faster_over_time: " << a.name << " request " << i
+                  << " failed: " << a.results[i].error << "\n";
         break;
       }
     }
-    EmitSummary(file, "failed_requests", {{"arm", a->name}}, failed, "requests");
-    EmitSummary(file, "wall_seconds", {{"arm", a->name}}, a->wall_s, "s");
+    EmitSummary(file, "failed_requests", {{"arm", a.name}}, failed, "requests");
+    EmitSummary(file, "wall_seconds", {{"arm", a.name}}, a.wall_s, "s");
     valid = valid && failed == 0;
   }
   const TrainerSample last = online.trainer.empty() ? TrainerSample() : online.trainer.back();
@@ -566,9 +815,10 @@ bool Summarize(std::ostream& file, const Arm& stat, const Arm& online,
   return valid;
 }
 
-// alpha and tokens/s over the trace per domain (static dashed, online solid), phases and
-// draft versions marked. Skipped with a message when gnuplot is missing.
-void Plot(const Options& o, const Series& data, const Arm& online,
+// Per domain over the trace, for the static (dashed), online (solid) and reference (dotted)
+// arms: tokens/s over plain decoding (or tokens/s, without a plain arm) above, alpha below;
+// phases and draft versions marked. Skipped with a message when gnuplot is missing.
+void Plot(const Options& o, const Series& data, const Arm& online, bool over_plain,
           const std::vector<TraceRequest>& trace, const std::vector<Phase>& phases) {
   const std::string dat = o.out + "/faster_over_time.dat", gp = o.out + "/faster_over_time.gp";
   std::map<std::pair<std::string, std::string>, int> block;  // gnuplot's `index`
@@ -582,9 +832,9 @@ void Plot(const Options& o, const Series& data, const Arm& online,
   std::ofstream g(gp);
   g << "set terminal pngcairo size 1400,900 font 'DejaVu Sans,10'\n"
     << "set output '" << o.out << "/faster_over_time.png'\n"
-    << "set multiplot layout 2,1 title 'specloop: draft-prose-1m on target-6m, static vs online "
-       "(k = "
-    << o.k << ", " << o.concurrency << " clients)'\nset grid\nset key outside right\n";
+    << "set multiplot layout 2,1 title 'specloop on " << fs::path(o.target).filename().string()
+    << ": draft-prose-1m static vs online, draft-mix-1m reference (k " << o.k << ", "
+    << o.concurrency << " clients)'\nset grid\nset key outside right\n";
   std::string marks;
   int first = 0;
   for (const Phase& p : phases) {
@@ -608,23 +858,30 @@ void Plot(const Options& o, const Series& data, const Arm& online,
   const std::vector<std::pair<std::string, std::string>> colors = {
       {"prose", "#1b9e77"}, {"docs", "#7570b3"}, {"python", "#d95f02"}, {"c", "#e7298a"},
       {"legal", "#66a61e"}};
+  const std::map<std::string, std::string> dash = {
+      {"static", "2"}, {"online", "1"}, {"reference", "3"}};
   const auto series = [&](int column) {
     std::string s;
     for (const auto& [d, color] : colors) {
-      for (const std::string arm : {"static", "online"}) {
+      for (const auto& [arm, dt] : dash) {
         auto it = block.find({arm, d});
         if (it == block.end()) continue;
         s += std::string(s.empty() ? "plot " : ", ") + "'" + dat + "' index " +
              std::to_string(it->second) + " using 1:" + std::to_string(column) +
-             " with linespoints pt 7 ps 0.5 lw 1.5 lc rgb '" + color + "' dt " +
-             (arm == "static" ? "2" : "1") + " title '" + d + " " + arm + "'";
+             " with linespoints pt 7 ps 0.4 lw " + (arm == "online" ? "2" : "1") +
+             " lc rgb '" + color + "' dt " + dt + " title '" + d + " " + arm + "'";
       }
     }
     return s + "\n";
   };
-  g << marks << "set ylabel 'alpha (acceptance)'\nset yrange [0:1]\n" << series(2)
-    << "set ylabel 'tokens/s per stream'\nset xlabel 'request (trace order)'\nset yrange [0:*]\n"
-    << series(3) << "unset multiplot\n";
+  g << marks;
+  if (over_plain) {
+    g << "set ylabel 'tokens/s over plain decoding'\nset yrange [0:*]\n" << series(4);
+  } else {
+    g << "set ylabel 'tokens/s per stream'\nset yrange [0:*]\n" << series(3);
+  }
+  g << "set ylabel 'alpha (the draft model, per token)'\nset xlabel 'request (trace order)'\n"
+    << "set yrange [0:1]\n" << series(2) << "unset multiplot\n";
   g.close();
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     std::cerr << "faster_over_time: gnuplot not found; no PNG (apt-get install gnuplot-nox)\n";
@@ -653,6 +910,8 @@ int Main(int argc, char** argv) {
       o.out = value();
     } else if (a == "--shared") {
       o.shared = value();
+    } else if (a == "--target") {
+      o.target = value();
     } else if (a == "--binary") {
       o.binary = value();
     } else if (a == "--concurrency") {
@@ -663,7 +922,7 @@ int Main(int argc, char** argv) {
     } else if (a == "--window") {
       o.window = std::stoi(value());
     } else if (a == "--k") {
-      o.k = std::stoi(value());
+      o.k = value();
     } else if (a == "--max-tokens") {
       o.max_tokens = std::stoi(value());
     } else if (a == "--train-arg") {
@@ -671,13 +930,17 @@ int Main(int argc, char** argv) {
     } else if (a == "--trainer-eval-every") {
       o.trainer_eval_every = std::stoi(value());
     } else {
-      std::cerr << "usage: faster_over_time [--short] [--out DIR] [--concurrency N] "
-                   "[--phase-requests N] [--window N] [--k N] [--max-tokens N] "
-                   "[--trainer-eval-every N] [--train-arg FLAG ...] [--binary PATH] "
-                   "[--shared DIR]\n";
+      std::cerr << "usage: faster_over_time [--short] [--out DIR] [--target DIR] "
+                   "[--concurrency N] [--phase-requests N] [--window N] [--k auto|N] "
+                   "[--max-tokens N] [--trainer-eval-every N] [--train-arg FLAG ...] "
+                   "[--binary PATH] [--shared DIR]\n";
       return 2;
     }
   }
+  if (o.target.empty()) {
+    o.target = o.shared + (o.short_mode ? "/models/target-6m" : "/models/target-wide-46m");
+  }
+  if (o.k.empty()) o.k = o.short_mode ? "4" : "auto";
   if (o.short_mode) {  // a shorter phase, a looser domain tolerance
     if (!phase_requests_set) o.phase_requests = 224;
     o.train_args.insert(o.train_args.begin(), "--max-domain-regression=0.05");
@@ -685,14 +948,25 @@ int Main(int argc, char** argv) {
   fs::create_directories(o.out);
   const std::vector<Phase> phases = Phases(o);
   const std::vector<TraceRequest> trace = BuildTrace(o, phases);
-  const Arm stat = RunArm("static", o, trace);
-  const Arm online = RunArm("online", o, trace);
+  std::vector<Arm> arms;
+  for (const ArmSpec& spec : Arms(o)) arms.push_back(RunArm(spec, o, trace));
   std::ofstream file(o.out + "/faster_over_time.jsonl");
+  const Arm* plain = Find(arms, "plain");
   Series series;
-  EmitWindows(file, stat, trace, phases, o, &series);
-  EmitWindows(file, online, trace, phases, o, &series);
-  const bool valid = Summarize(file, stat, online, trace, phases, o);
-  Plot(o, series, online, trace, phases);
+  for (const Arm& a : arms) {
+    if (a.name == "static" || a.name == "online" || a.name == "reference") {
+      EmitWindows(file, a, plain, trace, phases, o, &series);
+    }
+  }
+  bool valid = Summarize(file, arms, trace, phases, o);
+  if (!o.short_mode) {
+    const int at = FirstPublish(o);
+    EmitSummary(file, "first_publish_requests",
+                {{"domain", "c"}, {"target", fs::path(o.target).filename().string()}},
+                at < 0 ? NAN : at, "requests");
+    valid = valid && at != -2;
+  }
+  Plot(o, series, *Find(arms, "online"), plain != nullptr, trace, phases);
   return valid ? 0 : 1;
 }
 

@@ -144,6 +144,8 @@ int RunGenerate(const GenerateArgs& a) {
       j["tested"] = stats.tested;
       j["acceptance_rate"] = stats.acceptance_rate();
       j["tokens_per_step"] = stats.tokens_per_step();
+      j["drafts"] = stats.drafts;
+      j["mean_acceptance_length"] = stats.mean_acceptance_length();
       j["k_mean"] = stats.k_mean();
       j["steps"] = stats.steps;
       j["accepted_per_position"] = stats.accepted_at;

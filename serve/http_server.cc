@@ -45,7 +45,13 @@ json SpeculativeJson(const SpeculativeUsage& s) {
           {"tested", s.tested},
           {"acceptance_rate", s.acceptance_rate()},
           {"steps", s.steps},
-          {"draft_version", s.draft_version}};
+          {"drafts", s.drafts},
+          {"draft_version", s.draft_version},
+          {"suffix",
+           {{"steps", s.suffix.steps},
+            {"drafted", s.suffix.drafted},
+            {"accepted", s.suffix.accepted},
+            {"tested", s.suffix.tested}}}};
 }
 
 ApiError ServerError(int status, const std::string& message) {

@@ -38,10 +38,16 @@ struct CompletionParams {
 // Speculative statistics reported in the response's `speculative` object.
 struct SpeculativeUsage {
   int64_t steps = 0;
+  int64_t drafts = 0;  // steps that verified a draft (SpeculativeStats::drafts)
   int64_t drafted = 0;
   int64_t accepted = 0;
   int64_t tested = 0;  // SpeculativeStats::tested
   uint64_t draft_version = 0;
+  // Of the above, the steps whose block came from the suffix proposer (each verified one) and
+  // their tokens; the rest are the draft model's.
+  struct Suffix {
+    int64_t steps = 0, drafted = 0, accepted = 0, tested = 0;
+  } suffix;
   // Per tested token, as specloop_acceptance_rate (independent of k).
   double acceptance_rate() const { return tested ? double(accepted) / tested : 0.0; }
 };

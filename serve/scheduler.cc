@@ -252,6 +252,10 @@ void Scheduler::Step() {
       if (slot->used_suffix) {
         metrics_->ObserveSuffixStep(seq->series, drafted, accepted,
                                     static_cast<int>(slot->emitted.size()));
+        seq->suffix_usage.steps++;
+        seq->suffix_usage.drafted += drafted;
+        seq->suffix_usage.accepted += accepted;
+        seq->suffix_usage.tested += seq->decoder->last_tested();
       } else {
         metrics_->ObserveStep(seq->series, slot->k, drafted, accepted,
                               static_cast<int>(slot->emitted.size()), optimal.expected,
@@ -317,11 +321,13 @@ void Scheduler::Finish(Sequence* seq, const std::string& reason) {
     const SpeculativeStats& st = seq->decoder->stats();
     done.completion_tokens = static_cast<int>(seq->decoder->tokens().size() - p.prompt.size());
     done.speculative.steps = st.steps;
+    done.speculative.drafts = st.drafts;
     done.speculative.drafted = st.drafted;
     done.speculative.accepted = st.accepted;
     done.speculative.tested = st.tested;
   }
   done.speculative.draft_version = seq->draft_version;
+  done.speculative.suffix = seq->suffix_usage;
   seq->channel->Post(std::move(done));
   metrics_->ObserveRequest(seq->series, reason, SecondsSince(seq->channel->created()),
                            seq->ttft_seconds, static_cast<int>(p.prompt.size()));

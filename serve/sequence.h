@@ -37,6 +37,7 @@ struct Sequence {
   std::unique_ptr<TextStream> text;                // ids -> released text, stop strings
   std::shared_ptr<SampleLogger::Trace> trace;      // null when not logged
   uint64_t draft_version = 0;
+  SpeculativeUsage::Suffix suffix_usage;           // the suffix proposer's steps so far
   bool got_first_token = false;
   double ttft_seconds = -1;
   bool done = false;                               // retired at the end of the iteration

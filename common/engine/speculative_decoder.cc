@@ -17,6 +17,7 @@ using Clock = std::chrono::steady_clock;
 
 void SpeculativeStats::Add(const SpeculativeStats& o) {
   steps += o.steps;
+  drafts += o.drafts;
   drafted += o.drafted;
   accepted += o.accepted;
   tested += o.tested;
@@ -212,6 +213,7 @@ std::vector<int> SpeculativeDecoder::Emit(const spec::ChainOutcome& outcome, int
                                           size_t before) {
   last_accepted_ = outcome.num_accepted;
   stats_.steps++;
+  stats_.drafts += k > 0 ? 1 : 0;
   stats_.drafted += k;
   stats_.accepted += outcome.num_accepted;
   stats_.tested += last_tested_;

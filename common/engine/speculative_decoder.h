@@ -29,6 +29,7 @@ struct DecodeSlot;  // decode_step.h
 
 struct SpeculativeStats {
   int64_t steps = 0;     // verification steps (target forwards after the prompt)
+  int64_t drafts = 0;    // steps that verified a non-empty block (vLLM's num_drafts)
   int64_t drafted = 0;   // draft tokens proposed
   int64_t accepted = 0;  // draft tokens accepted
   // Draft positions verification tested: the accepted ones and, where a block was cut short,
@@ -45,8 +46,10 @@ struct SpeculativeStats {
   // The per-token acceptance rate, accepted / tested (spec::AcceptanceEstimator's count, not
   // accepted / drafted, which falls as k grows at a fixed per-token rate).
   double acceptance_rate() const { return tested ? double(accepted) / tested : 0.0; }
-  // Mean tokens per target forward: 1 + mean accepted per step (vLLM's acceptance length).
+  // Mean tokens per target forward, steps with no draft included.
   double tokens_per_step() const { return steps ? double(emitted) / steps : 0.0; }
+  // Mean acceptance length: 1 + accepted per verified draft (vLLM's definition).
+  double mean_acceptance_length() const { return drafts ? 1.0 + double(accepted) / drafts : 0.0; }
   double k_mean() const { return steps ? double(k_sum) / steps : 0.0; }
   void Add(const SpeculativeStats& o);
 };
@@ -67,6 +70,8 @@ class SpeculativeDecoder {
   const DraftBlock& draft() const { return draft_; }
   // Draft tokens accepted by the last Commit().
   int last_accepted() const { return last_accepted_; }
+  // Draft positions the last Commit() tested (see SpeculativeStats::tested).
+  int last_tested() const { return last_tested_; }
   // Tokens the request may still generate (max_tokens less those generated).
   int64_t remaining() const {
     return options_.max_tokens - static_cast<int64_t>(tokens_.size() - prompt_len_);

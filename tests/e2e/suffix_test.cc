@@ -16,6 +16,9 @@ namespace {
 struct Pass {
   std::vector<std::string> texts;
   double steps = 0, generated = 0, suffix_steps = 0, suffix_drafted = 0, suffix_accepted = 0;
+  // The same counts summed over the responses' `speculative` blocks.
+  double response_steps = 0, response_drafts = 0, response_suffix_steps = 0,
+         response_suffix_drafted = 0, response_suffix_accepted = 0;
 };
 
 // Two passes over the same prompts, one request at a time, greedy; counters per pass.
@@ -38,7 +41,14 @@ std::vector<Pass> TwoPasses(const std::vector<std::string>& extra) {
                               ",\"max_tokens\":64,\"temperature\":0,\"domain\":\"python\"}";
       std::string body;
       EXPECT_EQ(HttpPost(port, "/v1/completions", req, &body), 200) << body;
-      pass.texts.push_back(nlohmann::json::parse(body)["choices"][0]["text"].get<std::string>());
+      const nlohmann::json j = nlohmann::json::parse(body);
+      pass.texts.push_back(j["choices"][0]["text"].get<std::string>());
+      const nlohmann::json& spec = j["speculative"];
+      pass.response_steps += spec["steps"].get<double>();
+      pass.response_drafts += spec["drafts"].get<double>();
+      pass.response_suffix_steps += spec["suffix"]["steps"].get<double>();
+      pass.response_suffix_drafted += spec["suffix"]["drafted"].get<double>();
+      pass.response_suffix_accepted += spec["suffix"]["accepted"].get<double>();
     }
     std::string text;
     EXPECT_EQ(HttpGet(port, "/metrics", &text), 200);
@@ -76,6 +86,14 @@ TEST(SuffixTest, RepeatedPromptsAreDraftedFromEarlierAnswersAndDecodeTheSame) {
   EXPECT_GE(on[1].suffix_accepted, 0.8 * on[1].suffix_drafted);
   EXPECT_LT(on[1].steps, off[1].steps);
   EXPECT_EQ(off[0].suffix_steps + off[1].suffix_steps, 0);
+  // Each response tells its share of the suffix steps; together they are the metrics' counts.
+  for (const Pass* p : {&on[0], &on[1], &off[0], &off[1]}) {
+    EXPECT_EQ(p->response_suffix_steps, p->suffix_steps);
+    EXPECT_EQ(p->response_suffix_drafted, p->suffix_drafted);
+    EXPECT_EQ(p->response_suffix_accepted, p->suffix_accepted);
+    EXPECT_LE(p->response_drafts, p->response_steps);
+    EXPECT_GE(p->response_drafts, p->response_suffix_steps);
+  }
 }
 
 }  // namespace
