@@ -201,6 +201,7 @@ void HttpServer::Routes() {
   // The built-in status page (serve/status_page.h), owned by its two handlers.
   StatusPageOptions so;
   so.model_name = options_.model_name;
+  so.trainer_status_url = options_.trainer_status_url;
   auto status = std::make_shared<StatusPage>(metrics_, so);
   server_->Get("/", [status](const httplib::Request&, httplib::Response& res) {
     res.set_content(status->Html(), "text/html; charset=utf-8");

@@ -53,6 +53,8 @@ struct HttpServerOptions {
   int threads = 96;
   // Name in /v1/models and responses, worker and target ids (system_fingerprint).
   std::string model_name = "specloop";
+  // The trainer's metrics server, shown on the status page (StatusPageOptions). Default: none.
+  std::string trainer_status_url;
   uint32_t worker_id = 0;
   std::string target_id;
   // Largest max_tokens a request may ask for. Default: the context limit.

@@ -186,7 +186,7 @@ void Scheduler::Admit() {
                                                        p.generate.sampling.greedy(),
                                                        st.index.get());
         slot.suffix = seq->suffix.get();
-        slot.suffix_acceptance = &st.acceptance;
+        slot.suffix_acceptance = &st.acceptance[p.generate.sampling.greedy() ? 0 : 1];
       }
       seq->draft_version = draft_version_;
       seq->decoder = std::make_unique<SpeculativeDecoder>(target_, seq->proposer.get(), p.prompt,
@@ -234,8 +234,16 @@ void Scheduler::Step() {
     slots.push_back(&seq->slot);
   }
   if (slots.empty()) return;
+  double context = 0;  // the batch's mean, for the plain step it is compared with
+  for (const Sequence* seq : stepping) context += seq->decoder->tokens().size();
+  context /= stepping.size();
   DecodeStepTimes times;
+  const Clock::time_point t0 = Clock::now();
   DecodeStep(*target_, &costs_, slots, &times);
+  const double step_seconds = SecondsSince(t0);
+  // What a plain step of this batch would have taken: one row per sequence.
+  const double plain_step_seconds =
+      costs_.TargetSeconds(static_cast<int>(stepping.size()), context);
   if (times.sequences > 0) metrics_->ObserveTargetForward(times.forward_seconds, times.sequences);
 
   for (Sequence* seq : stepping) {
@@ -261,6 +269,8 @@ void Scheduler::Step() {
                               static_cast<int>(slot->emitted.size()), optimal.expected,
                               optimal.positions);
       }
+      metrics_->ObserveDecodeTime(seq->series, step_seconds,
+                                  static_cast<int>(slot->emitted.size()), plain_step_seconds);
       if (swap_hook_ && drafted > 0 && !slot->used_suffix) {
         swap_hook_->ObserveAcceptance(draft_version_, seq->series->label, drafted, accepted);
       }

@@ -28,7 +28,7 @@ namespace {
 
 struct ServeArgs {
   std::string target, draft, host = "127.0.0.1", buffer, trainer_endpoint, k = "auto";
-  std::string trainer_router, trainer_public_key, draft_staging;
+  std::string trainer_router, trainer_public_key, draft_staging, trainer_status;
   std::string device = "cpu", dtype = "auto", model_name;
   int port = 8000, max_batch = 16, threads = 0, http_threads = 96, log_top_k = 64;
   int max_waiting = 64, max_domains = 16, k_max = 8;
@@ -175,6 +175,7 @@ int RunServe(const ServeArgs& a) {
   ho.port = a.port;
   ho.threads = std::max(a.http_threads, a.max_batch + a.max_waiting + 8);
   ho.model_name = a.model_name.empty() ? BaseName(a.target) : a.model_name;
+  ho.trainer_status_url = a.trainer_status;
   ho.worker_id = a.worker_id;
   ho.target_id = target_id;
   ho.api_key = a.api_key;
@@ -248,6 +249,9 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "the trainer's ROUTER endpoint (default: the PUB endpoint's port + 1)");
   cmd->add_option("--trainer-public-key", a->trainer_public_key,
                   "the trainer's CURVE public key (Z85): authenticate the trainer");
+  cmd->add_option("--trainer-status", a->trainer_status,
+                  "the trainer's metrics server (http://HOST:PORT), whose state the status "
+                  "page shows");
   cmd->add_option("--draft-staging", a->draft_staging,
                   "where fetched drafts are unpacked (default: BUFFER-drafts)");
   cmd->add_option("--draft-chunk-bytes", a->draft_chunk_bytes,

@@ -63,6 +63,13 @@ Status ServingMetrics::Register() {
   counter("specloop_suffix_accepted_tokens_total", "Suffix-proposer tokens accepted.",
           {"domain"}, d, &suffix_accepted_);
   counter("specloop_accepted_tokens_total", "Draft tokens accepted.", {"domain"}, d, &accepted_);
+  counter("specloop_decode_seconds_total",
+          "Decode steps' seconds, summed over the sequences in them (each counts the whole step).",
+          {"domain"}, d, &decode_seconds_);
+  counter("specloop_plain_equivalent_seconds_total",
+          "Seconds plain decoding would have taken for the same tokens (the step cost table's "
+          "plain step of each batch); over specloop_decode_seconds_total: speed over plain.",
+          {"domain"}, d, &plain_seconds_);
   counter("specloop_accepted_tokens_by_position_total",
           "Steps whose draft token at this position (0-based) was accepted.",
           {"domain", "position"}, d * kpos, &accepted_at_);
@@ -152,6 +159,8 @@ ServingMetrics::DomainSeries* ServingMetrics::ForDomain(const std::string& label
     d->duration = &duration_->Add(l);
     d->ttft = &ttft_->Add(l);
     d->speculation_length = &spec_length_->Add(l);
+    d->decode_seconds = &decode_seconds_->Add(l);
+    d->plain_seconds = &plain_seconds_->Add(l);
     slot = std::move(d);
   }
   return slot.get();
@@ -186,6 +195,27 @@ void ServingMetrics::ObserveSuffixStep(DomainSeries* d, int drafted, int accepte
   d->suffix_steps->Increment();
   d->suffix_draft_tokens->Increment(drafted);
   d->suffix_accepted_tokens->Increment(accepted);
+}
+
+void ServingMetrics::ObserveDecodeTime(DomainSeries* d, double seconds, int emitted,
+                                       double plain_step_seconds) {
+  if (!(seconds > 0) || !(plain_step_seconds > 0)) return;  // no estimate of a plain step yet
+  d->decode_seconds->Increment(seconds);
+  d->plain_seconds->Increment(emitted * plain_step_seconds);
+}
+
+std::map<std::string, ServingMetrics::DomainTotals> ServingMetrics::Totals() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, DomainTotals> out;
+  for (const auto& [label, d] : series_) {
+    DomainTotals& t = out[label];
+    t.generated = d->generated_tokens->Value();
+    t.drafts = d->drafts->Value();
+    t.accepted = d->accepted_tokens->Value();
+    t.decode_seconds = d->decode_seconds->Value();
+    t.plain_seconds = d->plain_seconds->Value();
+  }
+  return out;
 }
 
 void ServingMetrics::ObserveRequest(DomainSeries* d, const std::string& finish_reason,

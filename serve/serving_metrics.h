@@ -57,6 +57,8 @@ class ServingMetrics {
     metrics::Histogram* duration;
     metrics::Histogram* ttft;
     metrics::Gauge* speculation_length;
+    metrics::Counter* decode_seconds;  // see ObserveDecodeTime
+    metrics::Counter* plain_seconds;
   };
   // The series of an already folded label (DomainLabel()).
   DomainSeries* ForDomain(const std::string& label);
@@ -70,6 +72,12 @@ class ServingMetrics {
   // A step whose block came from the suffix proposer: counted as a step with its tokens, and
   // in the suffix families, not in the draft model's acceptance (nor its drift).
   void ObserveSuffixStep(DomainSeries* d, int drafted, int accepted, int emitted);
+  // One sequence's share of a decode step: the step took `seconds` and emitted `emitted`
+  // tokens for it, where a plain step of the same batch would take `plain_step_seconds`
+  // (the step cost table's estimate). Per domain, specloop_decode_seconds_total sums the
+  // steps' seconds and specloop_plain_equivalent_seconds_total the plain steps the same
+  // tokens would have needed, so their ratio is the speed over plain decoding per stream.
+  void ObserveDecodeTime(DomainSeries* d, double seconds, int emitted, double plain_step_seconds);
   // A request ended: finish_reason "stop", "length", "cancelled" or "error".
   void ObserveRequest(DomainSeries* d, const std::string& finish_reason, double seconds,
                       double ttft_seconds, int prompt_tokens);
@@ -90,6 +98,14 @@ class ServingMetrics {
   // the buffer counters and sizes from `logger` / `sample_logger` (either may be null).
   std::string Render(const ReplayLogger* logger, const SampleLogger* sample_logger);
 
+  // Running totals of one domain's counters, for the status page.
+  struct DomainTotals {
+    double generated = 0;
+    double drafts = 0, accepted = 0;  // the draft model's (suffix blocks apart)
+    double decode_seconds = 0, plain_seconds = 0;
+  };
+  std::map<std::string, DomainTotals> Totals();
+
   const DomainDrift& drift() const { return drift_; }
   metrics::Registry& registry() { return registry_; }
 
@@ -102,8 +118,10 @@ class ServingMetrics {
   DomainDrift drift_;
 
   metrics::Family<metrics::Counter>*requests_, *http_errors_, *prompt_tokens_, *generated_,
-      *steps_, *drafts_, *suffix_steps_, *suffix_drafted_, *suffix_accepted_, *drafted_, *accepted_, *accepted_at_, *drift_events_, *swaps_, *swap_failures_,
-      *rollbacks_, *records_written_, *records_dropped_, *scheduler_errors_;
+      *steps_, *drafts_, *suffix_steps_, *suffix_drafted_, *suffix_accepted_, *drafted_,
+      *accepted_, *accepted_at_, *drift_events_, *swaps_, *swap_failures_, *rollbacks_,
+      *records_written_, *records_dropped_, *scheduler_errors_, *decode_seconds_,
+      *plain_seconds_;
   metrics::Family<metrics::Histogram>*duration_, *ttft_, *tokens_per_step_, *forward_,
       *batch_size_;
   metrics::Family<metrics::Gauge>*alpha_, *optimal_alpha_, *acceptance_length_, *drift_gauge_,

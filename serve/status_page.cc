@@ -1,5 +1,7 @@
 #include "serve/status_page.h"
 
+#include <httplib.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -73,10 +75,17 @@ const char kPageBody[] = R"HTML(</head><body>
   <div class="card">generated tokens<b id="tokens">-</b></div>
   <div class="card">domains<b id="ndomains">-</b></div>
 </div>
+<h2>Speed over plain decoding by domain (tokens/s per stream against plain steps), last hour</h2>
+<div class="chart"><canvas id="speedup" data-points="0"></canvas></div>
+<h2>Domains (latest)</h2>
+<table id="domains"><thead><tr><th>domain</th><th>over plain</th><th>alpha</th>
+<th>mean acceptance length</th></tr></thead><tbody></tbody></table>
 <h2>Acceptance rate (alpha) by domain, last hour</h2>
 <div class="chart"><canvas id="alpha" data-points="0" data-domains=""></canvas></div>
 <h2>Throughput (generated tokens/s), last hour</h2>
 <div class="chart"><canvas id="throughput" data-points="0"></canvas></div>
+<h2>Trainer</h2>
+<div id="trainer" data-state="">-</div>
 <h2>Draft version history</h2>
 <table id="versions"><thead><tr><th>time</th><th>version</th></tr></thead><tbody></tbody></table>
 <p><a href="metrics">/metrics</a> &middot; <a href="status.json">status.json</a> &middot;
@@ -113,6 +122,41 @@ function setData(chart, id, datasets) {
   }
   canvas.dataset.painted = String(painted);
 }
+function esc(text) {
+  return String(text).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;",
+                                                     '"': "&quot;" })[c]);
+}
+function fixed(v, digits) { return v === null || v === undefined ? "-" : Number(v).toFixed(digits); }
+function renderTrainer(t) {
+  const el = document.getElementById("trainer");
+  if (t === null || t === undefined) {
+    el.textContent = "no trainer configured (`specloop up` runs one; `serve --trainer-status URL` shows one)";
+    el.dataset.state = "none";
+    return;
+  }
+  if (t.error) {
+    el.textContent = t.error;
+    el.dataset.state = "error";
+    return;
+  }
+  const row = (k, v) => "<tr><th>" + k + "</th><td style=\"text-align:left\">" + v + "</td></tr>";
+  let html = row("activity", esc(t.activity)) + row("objective", esc(t.objective)) +
+      row("steps", t.steps) + row("loss (last step)", fixed(t.loss, 4)) +
+      row("live draft", "v" + t.live_version);
+  const e = t.last_evaluation;
+  if (e) {
+    html += row("last candidate", "evaluated at step " + e.step + ", " +
+                new Date(e.time * 1000).toLocaleString()) +
+        row("gate", e.published ? "published as v" + e.version : "refused: " + esc(e.reason)) +
+        row("held-out alpha", "live " + fixed(e.live_alpha, 3) + ", candidate " +
+            fixed(e.candidate_alpha, 3)) +
+        row("why", esc(e.detail));
+  } else {
+    html += row("last candidate", "none evaluated yet");
+  }
+  el.innerHTML = "<table>" + html + "</table>";
+  el.dataset.state = e ? (e.published ? "published" : "refused") : "training";
+}
 async function refresh() {
   let s;
   try {
@@ -131,7 +175,8 @@ async function refresh() {
   const last = s.samples[s.samples.length - 1];
   document.getElementById("tps").textContent = last ? last.tokens_per_second.toFixed(1) : "-";
   const minutes = (t) => (t - s.now) / 60;
-  const domains = [...new Set(s.samples.flatMap((p) => Object.keys(p.alpha)))].sort();
+  const domains = [...new Set(s.samples.flatMap((p) => Object.keys(p.alpha)
+      .concat(Object.keys(p.over_plain || {}))))].sort();
   document.getElementById("ndomains").textContent = domains.length;
   document.getElementById("alpha").dataset.domains = domains.join(",");
   const alpha = domains.map((d, i) => ({
@@ -139,6 +184,24 @@ async function refresh() {
     pointRadius: 2, borderWidth: 2,
     data: s.samples.filter((p) => d in p.alpha).map((p) => ({ x: minutes(p.t), y: p.alpha[d] })) }));
   setData(charts.alpha, "alpha", alpha);
+  const speedup = domains.map((d, i) => ({
+    label: d, borderColor: colors[i % colors.length], backgroundColor: colors[i % colors.length],
+    pointRadius: 2, borderWidth: 2,
+    data: s.samples.filter((p) => p.over_plain && d in p.over_plain)
+              .map((p) => ({ x: minutes(p.t), y: p.over_plain[d] })) }));
+  setData(charts.speedup, "speedup", speedup);
+  const latest = (key, d) => {
+    for (let i = s.samples.length - 1; i >= 0; --i) {
+      const m = s.samples[i][key];
+      if (m && d in m) return m[d];
+    }
+    return null;
+  };
+  document.querySelector("#domains tbody").innerHTML = domains.map((d) =>
+      "<tr><td>" + esc(d) + "</td><td>" + fixed(latest("over_plain", d), 2) + "x</td><td>" +
+      fixed(latest("alpha", d), 3) + "</td><td>" +
+      fixed(latest("mean_acceptance_length", d), 2) + "</td></tr>").join("");
+  renderTrainer(s.trainer);
   setData(charts.throughput, "throughput", [{ label: "tokens/s", borderColor: colors[0],
     backgroundColor: colors[0], pointRadius: 1, borderWidth: 2,
     data: s.samples.map((p) => ({ x: minutes(p.t), y: p.tokens_per_second })) }]);
@@ -148,6 +211,7 @@ async function refresh() {
   document.body.dataset.ready = "1";
 }
 charts.alpha = lineChart("alpha", "alpha", 1);
+charts.speedup = lineChart("speedup", "x plain", undefined);
 charts.throughput = lineChart("throughput", "tokens/s", undefined);
 refresh();
 setInterval(refresh, 5000);
@@ -170,7 +234,7 @@ std::string BuildHtml() {
 
 bool StatusPage::HasChartLibrary() {
 #ifdef SPECLOOP_CHARTJS_PATH
-  return specloop_chartjs_end > specloop_chartjs_begin;
+  return &specloop_chartjs_end[0] > &specloop_chartjs_begin[0];
 #else
   return false;
 #endif
@@ -199,10 +263,46 @@ StatusPage::Sample StatusPage::Take(const Sample* previous) {
   const std::string text = metrics_->registry().Serialize();
   s.tokens = SumSeries(text, "specloop_generated_tokens_total");
   s.version = static_cast<uint64_t>(SumSeries(text, "specloop_draft_version"));
+  s.totals = metrics_->Totals();
   if (previous && s.t > previous->t) {
     s.tokens_per_second = (s.tokens - previous->tokens) / (s.t - previous->t);
   }
+  for (const auto& [d, now] : s.totals) {
+    ServingMetrics::DomainTotals before;
+    if (previous) {
+      auto it = previous->totals.find(d);
+      if (it != previous->totals.end()) before = it->second;
+    }
+    const double decode = now.decode_seconds - before.decode_seconds;
+    if (decode > 0) s.over_plain[d] = (now.plain_seconds - before.plain_seconds) / decode;
+    const double drafts = now.drafts - before.drafts;
+    if (drafts > 0) s.acceptance_length[d] = 1 + (now.accepted - before.accepted) / drafts;
+  }
   return s;
+}
+
+std::string StatusPage::TrainerJson() {
+  if (options_.trainer_status_url.empty()) return "null";
+  std::lock_guard<std::mutex> lock(trainer_mu_);
+  const double now = UnixNow();
+  if (!trainer_json_.empty() && now - trainer_fetched_ < 2.0) return trainer_json_;
+  trainer_fetched_ = now;
+  httplib::Client cli(options_.trainer_status_url);
+  cli.set_connection_timeout(1, 0);
+  cli.set_read_timeout(1, 0);
+  auto res = cli.Get("/status.json");
+  nlohmann::json j;
+  if (!res) {
+    j = {{"error", "cannot reach the trainer at " + options_.trainer_status_url + ": " +
+                       httplib::to_string(res.error())}};
+  } else if (res->status != 200) {
+    j = {{"error", "the trainer answered HTTP " + std::to_string(res->status)}};
+  } else {
+    j = nlohmann::json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) j = {{"error", "the trainer sent malformed JSON"}};
+  }
+  trainer_json_ = j.dump();
+  return trainer_json_;
 }
 
 void StatusPage::SampleNow() {
@@ -253,6 +353,8 @@ std::string StatusPage::Json() {
   for (const Sample& s : samples) {
     js.push_back({{"t", s.t},
                   {"alpha", s.alpha},
+                  {"over_plain", s.over_plain},
+                  {"mean_acceptance_length", s.acceptance_length},
                   {"tokens_per_second", s.tokens_per_second},
                   {"draft_version", s.version}});
   }
@@ -265,7 +367,8 @@ std::string StatusPage::Json() {
                               {"generated_tokens", live.tokens},
                               {"samples", js},
                               {"versions", vs},
-                              {"chart_library", HasChartLibrary()}};
+                              {"chart_library", HasChartLibrary()},
+                              {"trainer", nlohmann::json::parse(TrainerJson())}};
   return out.dump();
 }
 

@@ -4,13 +4,20 @@
 //
 // A sampler thread records, every sample_seconds, the acceptance rate per domain (the long
 // window, as specloop_acceptance_rate{window="long"}), generated tokens per second and the
-// draft version; the last window_seconds of samples are kept, and draft version changes are
-// kept as a history (the latest 100).
+// draft version, and per domain over the interval since the previous sample: speed over plain
+// decoding (specloop_plain_equivalent_seconds_total over specloop_decode_seconds_total) and the
+// draft's mean acceptance length (1 + accepted per verified draft); the last window_seconds of
+// samples are kept, and draft version changes are kept as a history (the latest 100).
 //
 // /status.json: {"now": unix seconds, "model": name, "sample_seconds": s, "draft_version": v,
-//   "generated_tokens": total, "samples": [{"t", "alpha": {domain: a}, "tokens_per_second",
-//   "draft_version"}...], "versions": [{"t", "version"}...], "chart_library": bool}; the last
-// sample is taken at request time (not stored), so the page has data right after traffic.
+//   "generated_tokens": total, "samples": [{"t", "alpha": {domain: a}, "over_plain": {domain: x},
+//   "mean_acceptance_length": {domain: l}, "tokens_per_second", "draft_version"}...],
+//   "versions": [{"t", "version"}...], "chart_library": bool, "trainer": T}; the last sample is
+// taken at request time (not stored), so the page has data right after traffic. T: null
+// without trainer_status_url, else the trainer's own /status.json (trainer/trainer.h,
+// TrainerState: activity, objective, steps, loss, live version, the last evaluation's gate
+// decision and why), or {"error": message} when it cannot be read; fetched at most once per
+// 2 s, with a 1 s timeout.
 //
 // Thread safety: Html() and Json() may be called from any thread.
 #pragma once
@@ -24,9 +31,9 @@
 #include <thread>
 #include <vector>
 
-namespace specloop {
+#include "serve/serving_metrics.h"
 
-class ServingMetrics;
+namespace specloop {
 
 struct StatusPageOptions {
   // Seconds between samples. Default: 5.
@@ -35,6 +42,9 @@ struct StatusPageOptions {
   double window_seconds = 3600;
   // Shown in the page title.
   std::string model_name = "specloop";
+  // The trainer's metrics server ("http://127.0.0.1:9091"), whose /status.json the page shows;
+  // empty: no trainer section. Default: empty (`specloop up` sets it).
+  std::string trainer_status_url;
 };
 
 class StatusPage {
@@ -63,7 +73,12 @@ class StatusPage {
     double tokens = 0;  // generated tokens so far
     double tokens_per_second = 0;
     uint64_t version = 0;
+    std::map<std::string, ServingMetrics::DomainTotals> totals;
+    // Over the interval since the previous sample, domains with decode time / drafts in it.
+    std::map<std::string, double> over_plain, acceptance_length;
   };
+  // The trainer's /status.json (see above), cached for 2 s.
+  std::string TrainerJson();
   Sample Take(const Sample* previous);
   void Loop();
 
@@ -74,6 +89,9 @@ class StatusPage {
   std::deque<Sample> samples_;                          // GUARDED_BY(mu_)
   std::vector<std::pair<double, uint64_t>> versions_;   // GUARDED_BY(mu_)
   bool stop_ = false;                                   // GUARDED_BY(mu_)
+  std::mutex trainer_mu_;
+  double trainer_fetched_ = 0;  // unix seconds; GUARDED_BY(trainer_mu_)
+  std::string trainer_json_;    // GUARDED_BY(trainer_mu_)
   std::condition_variable cv_;
   std::thread thread_;
 };

@@ -90,6 +90,10 @@ int RunUp(UpArgs a) {
   if (!a.no_train) {
     serve.argv.insert(serve.argv.end(), {"--draft-staging", drafts, "--trainer-endpoint", pub,
                                          "--trainer-router", router});
+    if (a.trainer_metrics_port > 0) {  // the status page shows the trainer's state
+      serve.argv.push_back("--trainer-status=http://127.0.0.1:" +
+                           std::to_string(a.trainer_metrics_port));
+    }
   }
   if (!HasOption(a.serve_args, "--threads")) {
     const int cores = AvailableCores();

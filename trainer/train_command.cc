@@ -2,7 +2,8 @@
 //
 //   specloop train --draft DIR --buffer DIR [--buffer DIR ...] --checkpoints DIR [options]
 //       long-running: catch up with the buffers, train, evaluate, gate, checkpoint, announce
-//       over ZeroMQ (--pub / --router), serve /metrics (--metrics-port; 0 disables).
+//       over ZeroMQ (--pub / --router), serve /metrics and /status.json (the trainer's state:
+//       trainer::TrainerState) on --metrics-port (0 disables).
 //   specloop train ... --offline [--epochs N] [--force]
 //       retrain from the logged buffers with no workers; progress on stderr; the last stdout
 //       line is one JSON object: {"version": N or null, "alpha_before": {domain: alpha},
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -130,6 +132,26 @@ int RunOffline(const TrainArgs& a) {
   return r.version ? 0 : 3;
 }
 
+nlohmann::json Number(double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); }
+
+// GET /status.json: the trainer's state (trainer::TrainerState), read by the server's status page.
+nlohmann::json StateJson(const trainer::TrainerState& st) {
+  nlohmann::json j = {{"objective", st.objective},       {"activity", st.activity},
+                      {"steps", st.steps},               {"loss", Number(st.loss)},
+                      {"live_version", st.live_version}, {"evaluations", st.evaluations}};
+  if (st.evaluations > 0) {
+    j["last_evaluation"] = {{"time", st.evaluated_unix},
+                            {"step", st.evaluated_step},
+                            {"published", st.published},
+                            {"reason", st.reason},
+                            {"detail", st.detail},
+                            {"live_alpha", Number(st.live_alpha)},
+                            {"candidate_alpha", Number(st.candidate_alpha)},
+                            {"version", st.published_version}};
+  }
+  return j;
+}
+
 int RunOnline(const TrainArgs& a) {
   metrics::Registry registry;
   std::unique_ptr<trainer::Trainer> t;
@@ -168,6 +190,9 @@ int RunOnline(const TrainArgs& a) {
     });
     http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("{\"status\":\"ok\"}", "application/json");
+    });
+    http.Get("/status.json", [&](const httplib::Request&, httplib::Response& res) {
+      res.set_content(StateJson(t->state()).dump(), "application/json");
     });
     if (!http.bind_to_port(a.metrics_host.c_str(), a.metrics_port)) {
       std::cerr << "specloop train: cannot bind " << a.metrics_host << ":" << a.metrics_port << "\n";

@@ -39,6 +39,9 @@ Status Trainer::Open(const TrainerOptions& options, metrics::Registry* registry,
   SPECLOOP_RETURN_IF_ERROR(
       CheckpointStore::Open(options.checkpoint_dir, options.keep_last, &t->store_));
   SPECLOOP_RETURN_IF_ERROR(t->LoadDrafts());
+  t->state_.objective = options.objective.ToString();
+  t->state_.steps = t->steps_;
+  t->state_.live_version = t->live_version_;
   ReaderOptions ro;
   SPECLOOP_RETURN_IF_ERROR(
       ReplayReader::Open(ro, options.buffer_dirs, &t->reader_).Annotate("opening buffers"));
@@ -239,6 +242,11 @@ Status Trainer::TrainStep(const std::vector<const Record*>& batch, double* loss_
   samples_since_open_ += static_cast<int64_t>(batch.size());
   metrics_.steps->Increment();
   metrics_.loss->Add({{"objective", options_.objective.ToString()}}).Set(*loss_out);
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    state_.steps = steps_;
+    state_.loss = *loss_out;
+  }
   for (const Record* r : batch) metrics_.samples->Add({{"domain", r->domain}}).Increment();
   for (const std::string& d : domains) metrics_.positions->Add({{"domain", d}}).Increment();
   metrics_.step_seconds->Observe(
@@ -308,8 +316,27 @@ std::string EvaluationTime(const EvalResult& r) {
 }
 }  // namespace
 
+TrainerState Trainer::state() const {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  return state_;
+}
+
 Status Trainer::EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalResult* r) {
   SPECLOOP_RETURN_IF_ERROR(Evaluate(r));
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    state_.evaluations++;
+    state_.evaluated_unix =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    state_.evaluated_step = steps_;
+    state_.published = false;
+    state_.reason = r->decision.reason;
+    state_.detail = r->decision.detail;
+    state_.live_alpha = r->live.overall.logged;
+    state_.candidate_alpha = r->candidate.overall.logged;
+    state_.published_version = 0;
+  }
   if (!r->decision.publish && !force) {
     metrics_.rejected->Add({{"reason", r->decision.reason}}).Increment();
     Log("candidate not published (" + r->decision.reason + "): " + r->decision.detail +
@@ -342,6 +369,12 @@ Status Trainer::EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalRe
   candidate_values_.clear();
   metrics_.published->Increment();
   metrics_.draft_version->Set(static_cast<double>(m.version));
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    state_.published = true;
+    state_.published_version = m.version;
+    state_.live_version = m.version;
+  }
   Log("published " + VersionDirName(m.version) + (r->decision.publish ? "" : " (forced)") + ": " +
       r->decision.detail + EvaluationTime(*r));
   if (publisher) SPECLOOP_RETURN_IF_ERROR(publisher->Publish(m.version));
@@ -375,7 +408,12 @@ Status Trainer::RunOnline(const std::atomic<bool>& stop, DraftPublisher* publish
   const auto interval = std::chrono::milliseconds(options_.catch_up_interval_ms);
   auto last_catch_up = Clock::now();
   EvalCadence cadence(options_.eval_cadence);
+  const auto set_activity = [&](const char* activity) {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    state_.activity = activity;
+  };
   const auto wait_for_traffic = [&] {  // until the next catch-up, which then runs at once
+    set_activity("waiting for traffic");
     for (int i = 0; i < 10 && !stop.load(); ++i) std::this_thread::sleep_for(interval / 10);
     last_catch_up = Clock::now() - interval;
   };
@@ -401,6 +439,7 @@ Status Trainer::RunOnline(const std::atomic<bool>& stop, DraftPublisher* publish
       continue;
     }
     SPECLOOP_RETURN_IF_ERROR(s);
+    set_activity("training");
     std::vector<const Record*> ptrs;
     for (const Record& r : batch) {
       if (!IsHeldOut(r, options_.heldout_fraction)) ptrs.push_back(&r);

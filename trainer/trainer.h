@@ -23,14 +23,16 @@
 // A restarted trainer resumes from `latest` (weights, version, steps and samples; the
 // optimizer's moments start afresh).
 //
-// Thread safety: none; one thread drives a Trainer.
+// Thread safety: none; one thread drives a Trainer, except state(), which any thread may call.
 #pragma once
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -102,6 +104,26 @@ struct EvalResult {
   double seconds = 0;    // how long the evaluation took
 };
 
+// What the trainer is doing and what its gate last decided: `specloop train`'s /status.json,
+// shown on the server's status page.
+struct TrainerState {
+  std::string objective;            // TrainerOptions::objective, e.g. "reverse_kl"
+  std::string activity = "starting";  // "training", "waiting for traffic" or "starting"
+  int64_t steps = 0;
+  double loss = NAN;  // the last step's
+  uint64_t live_version = 0;
+  // The last evaluation (evaluations == 0: none yet): when (unix seconds), after which step,
+  // the gate's decision, its reason ("ok" when published) and the numbers behind it, the
+  // overall held-out alpha of both drafts, and the version written when it was published.
+  int64_t evaluations = 0;
+  double evaluated_unix = 0;
+  int64_t evaluated_step = 0;
+  bool published = false;
+  std::string reason, detail;
+  double live_alpha = NAN, candidate_alpha = NAN;
+  uint64_t published_version = 0;
+};
+
 struct OfflineProgress {
   int epoch = 0, epochs = 0;
   int64_t step = 0, steps = 0;  // within the whole run
@@ -146,6 +168,8 @@ class Trainer {
   size_t heldout_size() const { return heldout_.size(); }
   const CheckpointStore& checkpoints() const { return *store_; }
   int64_t steps() const { return steps_; }
+  // A copy of the state (thread-safe).
+  TrainerState state() const;
 
  private:
   Trainer() = default;
@@ -189,6 +213,8 @@ class Trainer {
   std::map<std::string, double> recent_traffic_;  // records per domain, age-weighted
   uint64_t recent_traffic_us_ = 0;                // when recent_traffic_ was last decayed
   Rng rng_;
+  mutable std::mutex state_mu_;
+  TrainerState state_;  // GUARDED_BY(state_mu_)
   TrainerMetrics metrics_;
   metrics::Registry own_registry_;  // used when no registry is given
 };

@@ -1,7 +1,12 @@
-// The built-in status page (serve/status_page.h) of a real `specloop serve`: after traffic in
-// two domains, headless Chromium (Debian chromium) renders it with a non-empty alpha chart,
-// and a screenshot is written (SPECLOOP_E2E_OUT_DIR/status_page.png).
+// The built-in status page (serve/status_page.h) of a real `specloop up`: after traffic in
+// two domains and the trainer's first evaluation, headless Chromium (Debian chromium) renders
+// it with non-empty alpha and speed-over-plain charts, the domains' table and the trainer's
+// state (its gate's last decision), and a screenshot is written
+// (SPECLOOP_E2E_OUT_DIR/status_page.png).
 #include <gtest/gtest.h>
+
+#include <map>
+#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -38,13 +43,17 @@ int Attr(const std::string& dom, const std::string& canvas, const std::string& a
 
 TEST(StatusPageTest, RendersAlphaChartInHeadlessChromium) {
   TempDir tmp("specloop-status");
-  const int port = FreePort();
+  const int port = FreePort(), trainer_port = FreePort();
   // A fixed speculation length, so the alpha chart gets points (adaptive k may turn drafting
-  // off on a loaded machine).
-  Child serve({SPECLOOP_BINARY, "serve", "--target", TargetDir(), "--draft", DraftDir(),
-               "--port", std::to_string(port), "--no-log", "--max-batch", "4",
-               "--http-threads", "16", "--k", "4"});
-  ASSERT_FALSE(serve.WaitForLine("listening on", 60).empty()) << serve.Output();
+  // off on a loaded machine); the trainer evaluates after every step, so the page has a gate
+  // decision to show soon after traffic.
+  Child serve({SPECLOOP_BINARY, "up", "--target", TargetDir(), "--draft", DraftDir(), "--data",
+               tmp.Sub("data"), "--port", std::to_string(port), "--trainer-metrics-port",
+               std::to_string(trainer_port), "--serve-arg=--max-batch=4",
+               "--serve-arg=--http-threads=16", "--serve-arg=--k=4",
+               "--train-arg=--eval-every=1"});
+  ASSERT_FALSE(serve.WaitForLine("specloop up: serve is ready", 60).empty()) << serve.Output();
+  ASSERT_FALSE(serve.WaitForLine("specloop up: train is ready", 60).empty()) << serve.Output();
 
   // Before traffic: the page is served, self-contained (Chart.js embedded, nothing remote).
   std::string html;
@@ -64,6 +73,17 @@ TEST(StatusPageTest, RendersAlphaChartInHeadlessChromium) {
       completion_tokens += nlohmann::json::parse(body)["usage"]["completion_tokens"].get<double>();
     }
   }
+  // Wait for the trainer's first evaluation (its own /status.json), then read the page's data.
+  nlohmann::json trainer;
+  for (int i = 0; i < 240; ++i) {
+    std::string body;
+    if (HttpGet(trainer_port, "/status.json", &body) == 200) {
+      trainer = nlohmann::json::parse(body);
+      if (trainer.value("evaluations", 0) > 0) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  ASSERT_GT(trainer.value("evaluations", 0), 0) << trainer.dump() << "\n" << serve.Output();
   std::string status;
   ASSERT_EQ(HttpGet(port, "/status.json", &status), 200);
   const nlohmann::json s = nlohmann::json::parse(status);
@@ -71,6 +91,29 @@ TEST(StatusPageTest, RendersAlphaChartInHeadlessChromium) {
   const nlohmann::json& last = s["samples"].back();
   EXPECT_TRUE(last["alpha"].contains("prose")) << status;
   EXPECT_TRUE(last["alpha"].contains("python")) << status;
+  // Per domain over the samples: speed over plain decoding and the mean acceptance length.
+  std::map<std::string, int> over_plain, acceptance_length;
+  for (const nlohmann::json& sample : s["samples"]) {
+    for (const auto& [d, x] : sample["over_plain"].items()) {
+      EXPECT_GT(x.get<double>(), 0.0) << d;
+      over_plain[d]++;
+    }
+    for (const auto& [d, l] : sample["mean_acceptance_length"].items()) {
+      EXPECT_GE(l.get<double>(), 1.0) << d;
+      EXPECT_LE(l.get<double>(), 5.0) << d;  // k = 4
+      acceptance_length[d]++;
+    }
+  }
+  EXPECT_TRUE(over_plain.count("prose") && over_plain.count("python")) << status;
+  EXPECT_TRUE(acceptance_length.count("prose") && acceptance_length.count("python")) << status;
+  // The trainer's state, through the server: objective, steps, the gate's last decision.
+  const nlohmann::json& t = s["trainer"];
+  ASSERT_TRUE(t.is_object()) << status;
+  EXPECT_FALSE(t.contains("error")) << status;
+  EXPECT_EQ(t["objective"], trainer["objective"]);
+  EXPECT_GT(t["steps"].get<int>(), 0) << status;
+  ASSERT_TRUE(t.contains("last_evaluation")) << status;
+  EXPECT_FALSE(t["last_evaluation"]["reason"].get<std::string>().empty()) << status;
   EXPECT_GT(completion_tokens, 0.0);
   EXPECT_EQ(s["generated_tokens"].get<double>(), completion_tokens) << status;
   EXPECT_EQ(s["versions"].size(), 1u);
@@ -85,6 +128,11 @@ TEST(StatusPageTest, RendersAlphaChartInHeadlessChromium) {
   EXPECT_GT(Attr(dom, "alpha", "data-painted"), 50) << "the alpha chart drew no line";
   EXPECT_GT(Attr(dom, "throughput", "data-points"), 0);
   EXPECT_NE(dom.find("data-domains=\"prose,python\""), std::string::npos);
+  EXPECT_GE(Attr(dom, "speedup", "data-points"), 2);
+  EXPECT_GT(Attr(dom, "speedup", "data-painted"), 50) << "the speed chart drew no line";
+  EXPECT_NE(dom.find("<td>python</td>"), std::string::npos) << "no domains table";
+  const std::regex trainer_state("id=\"trainer\" data-state=\"(published|refused)\"");
+  EXPECT_TRUE(std::regex_search(dom, trainer_state)) << "the trainer panel shows no decision";
 
   const std::string png = std::string(SPECLOOP_E2E_OUT_DIR) + "/status_page.png";
   std::filesystem::remove(png);
@@ -98,7 +146,7 @@ TEST(StatusPageTest, RendersAlphaChartInHeadlessChromium) {
   std::fprintf(stderr, "screenshot: %s\n", png.c_str());
 
   serve.Signal(SIGTERM);
-  const int st = serve.Wait(30);
+  const int st = serve.Wait(60);
   EXPECT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0) << serve.Output();
 }
 

@@ -1,7 +1,9 @@
 // Suffix proposals in `specloop serve` (common/spec/suffix_proposer.h, chosen per step in
 // common/engine/decode_step.h): prompts answered a second time are drafted from the first
 // answers, and the output stays what the target decodes (greedy: the same bytes as with
-// --no-suffix, and as the first time).
+// --no-suffix, and as the first time); the server's estimate of its speed over plain decoding
+// (specloop_plain_equivalent_seconds_total over specloop_decode_seconds_total) is ~1 for plain
+// decoding and well above it for the suffix pass.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -16,6 +18,7 @@ namespace {
 struct Pass {
   std::vector<std::string> texts;
   double steps = 0, generated = 0, suffix_steps = 0, suffix_drafted = 0, suffix_accepted = 0;
+  double decode_seconds = 0, plain_seconds = 0;  // speed over plain = plain / decode
   // The same counts summed over the responses' `speculative` blocks.
   double response_steps = 0, response_drafts = 0, response_suffix_steps = 0,
          response_suffix_drafted = 0, response_suffix_accepted = 0;
@@ -57,12 +60,16 @@ std::vector<Pass> TwoPasses(const std::vector<std::string>& extra) {
                    MetricValue(text, "specloop_generated_tokens_total", label),
                    MetricValue(text, "specloop_suffix_steps_total", label),
                    MetricValue(text, "specloop_suffix_draft_tokens_total", label),
-                   MetricValue(text, "specloop_suffix_accepted_tokens_total", label)};
+                   MetricValue(text, "specloop_suffix_accepted_tokens_total", label),
+                   MetricValue(text, "specloop_decode_seconds_total", label),
+                   MetricValue(text, "specloop_plain_equivalent_seconds_total", label)};
     pass.steps = now.steps - before.steps;
     pass.generated = now.generated - before.generated;
     pass.suffix_steps = now.suffix_steps - before.suffix_steps;
     pass.suffix_drafted = now.suffix_drafted - before.suffix_drafted;
     pass.suffix_accepted = now.suffix_accepted - before.suffix_accepted;
+    pass.decode_seconds = now.decode_seconds - before.decode_seconds;
+    pass.plain_seconds = now.plain_seconds - before.plain_seconds;
     before = now;
   }
   return passes;
@@ -86,6 +93,12 @@ TEST(SuffixTest, RepeatedPromptsAreDraftedFromEarlierAnswersAndDecodeTheSame) {
   EXPECT_GE(on[1].suffix_accepted, 0.8 * on[1].suffix_drafted);
   EXPECT_LT(on[1].steps, off[1].steps);
   EXPECT_EQ(off[0].suffix_steps + off[1].suffix_steps, 0);
+  // The server's speed over plain decoding (step cost table's plain step against the steps
+  // taken): the suffix pass far above 1 (its steps emit ~5 tokens each).
+  const double suffix_over_plain = on[1].plain_seconds / on[1].decode_seconds;
+  std::printf("speed over plain, as the server estimates it: suffix pass %.2fx\n",
+              suffix_over_plain);
+  EXPECT_GT(suffix_over_plain, 1.5);
   // Each response tells its share of the suffix steps; together they are the metrics' counts.
   for (const Pass* p : {&on[0], &on[1], &off[0], &off[1]}) {
     EXPECT_EQ(p->response_suffix_steps, p->suffix_steps);
@@ -93,6 +106,20 @@ TEST(SuffixTest, RepeatedPromptsAreDraftedFromEarlierAnswersAndDecodeTheSame) {
     EXPECT_EQ(p->response_suffix_accepted, p->suffix_accepted);
     EXPECT_LE(p->response_drafts, p->response_steps);
     EXPECT_GE(p->response_drafts, p->response_suffix_steps);
+  }
+}
+
+// Plain decoding (--k 0) measured against its own plain steps: the estimate is 1 within the
+// table's error (a decayed mean per size, a context slope), so the suffix pass's figure above
+// is the speed-up and not the estimator's bias.
+TEST(SuffixTest, ThePlainSpeedEstimateOfPlainDecodingIsOne) {
+  const std::vector<Pass> plain = TwoPasses({"--k", "0"});
+  for (const Pass& p : plain) {
+    ASSERT_GT(p.decode_seconds, 0);
+    const double over_plain = p.plain_seconds / p.decode_seconds;
+    std::printf("plain decoding over plain, as the server estimates it: %.3fx\n", over_plain);
+    EXPECT_GT(over_plain, 0.8);
+    EXPECT_LT(over_plain, 1.2);
   }
 }
 

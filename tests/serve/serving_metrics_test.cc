@@ -30,6 +30,34 @@ TEST(ServingMetrics, FoldsDomainsPastTheCapIntoOther) {
   EXPECT_EQ(text.find("dom7"), std::string::npos);
 }
 
+TEST(ServingMetrics, SpeedOverPlainIsPlainStepSecondsOverStepSecondsPerToken) {
+  std::unique_ptr<ServingMetrics> m;
+  ASSERT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &m).ok());
+  auto* python = m->ForDomain(m->DomainLabel("python"));
+  auto* legal = m->ForDomain(m->DomainLabel("legal"));
+  // python: steps of 10 ms emitting 3 tokens where a plain step takes 8 ms: 2.4x plain.
+  for (int i = 0; i < 5; ++i) m->ObserveDecodeTime(python, 0.010, 3, 0.008);
+  // legal: one token per 10 ms step at a plain step of 8 ms (0.8x), then a step before any
+  // plain estimate, which counts in neither total.
+  m->ObserveDecodeTime(legal, 0.010, 1, 0.008);
+  m->ObserveDecodeTime(legal, 0.010, 5, 0.0);
+  m->ObserveStep(python, 4, 4, 2, 3);
+  m->ObserveStep(python, 4, 4, 4, 5);
+  m->ObserveSuffixStep(python, 6, 6, 7);  // not the draft's: out of its acceptance length
+  const std::map<std::string, ServingMetrics::DomainTotals> t = m->Totals();
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_NEAR(t.at("python").plain_seconds / t.at("python").decode_seconds, 2.4, 1e-9);
+  EXPECT_NEAR(t.at("legal").plain_seconds / t.at("legal").decode_seconds, 0.8, 1e-9);
+  EXPECT_EQ(t.at("python").drafts, 2);
+  EXPECT_EQ(t.at("python").accepted, 6);  // mean acceptance length 1 + 6 / 2
+  EXPECT_EQ(t.at("python").generated, 15);
+  const std::string text = m->Render(nullptr, nullptr);
+  EXPECT_NE(text.find("specloop_decode_seconds_total{domain=\"legal\"} 0.01"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("specloop_plain_equivalent_seconds_total{domain=\"legal\"} 0.008"),
+            std::string::npos);
+}
+
 TEST(ServingMetrics, ExposesAlphaWindowsDriftAndPassesPromtool) {
   std::unique_ptr<ServingMetrics> m;
   ASSERT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &m).ok());

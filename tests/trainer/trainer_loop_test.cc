@@ -204,6 +204,12 @@ TEST_F(TrainerLoopTest, EvaluationRunsTheLiveDraftOnNewRecordsOnly) {
   EvalResult r;
   ASSERT_TRUE(t->EvaluateAndPublish(nullptr, /*force=*/true, &r).ok());
   ASSERT_EQ(r.version, 1u);
+  const TrainerState published = t->state();  // what /status.json shows
+  EXPECT_EQ(published.evaluations, 1);
+  EXPECT_TRUE(published.published);
+  EXPECT_EQ(published.published_version, 1u);
+  EXPECT_EQ(published.live_version, 1u);
+  EXPECT_DOUBLE_EQ(published.candidate_alpha, r.candidate.overall.logged);
   EXPECT_EQ(evaluated("live"), n);  // the same live draft: nothing run again
   EXPECT_EQ(evaluated("candidate"), 2 * n);
 
@@ -245,6 +251,13 @@ TEST_F(TrainerLoopTest, GateRefusesADamagedCandidate) {
   EXPECT_LT(r.candidate.overall.logged, r.live.overall.logged);
   EXPECT_EQ(r.version, 0u);
   EXPECT_EQ(t->checkpoints().Latest(), 0u);
+  const TrainerState refused = t->state();  // what /status.json shows
+  EXPECT_EQ(refused.evaluations, 1);
+  EXPECT_FALSE(refused.published);
+  EXPECT_EQ(refused.reason, r.decision.reason);
+  EXPECT_EQ(refused.detail, r.decision.detail);
+  EXPECT_DOUBLE_EQ(refused.live_alpha, r.live.overall.logged);
+  EXPECT_EQ(refused.live_version, 0u);
   EXPECT_FALSE(std::filesystem::exists(ckpt.Sub("v000001")));
   const std::string text = registry.Serialize();
   EXPECT_NE(text.find("specloop_train_checkpoints_rejected_total{reason=\"" + r.decision.reason +
