@@ -31,16 +31,20 @@
 // then (goal: <= 100).
 //
 // Output, stdout and --out/faster_over_time.jsonl, JSON lines:
-//   per arm, window (--window consecutive trace requests) and domain:
+//   per arm, window (--window consecutive trace requests per domain of the phase) and domain:
 //     {"arm", "window", "phase", "domain", "requests", "alpha", "mean_acceptance_length",
-//      "tokens_per_step", "suffix_step_share", "tokens_per_second", "over_plain",
+//      "tokens_per_step", "suffix_step_share", "tokens_per_second",
+//      "end_to_end_tokens_per_second", "over_plain",
 //      "draft_version", "objective"}
 //   alpha: the draft model's accepted / tested (as specloop_acceptance_rate; suffix blocks
 //   apart); mean_acceptance_length: 1 + the draft's accepted tokens per verified draft (as
 //   specloop_mean_acceptance_length); tokens_per_step: generated tokens per target forward
 //   (every block); suffix_step_share: the share of steps whose block the suffix proposer made;
-//   tokens_per_second: generated tokens / request latency (per client stream); over_plain: that
-//   over the plain arm's in the same phase and domain; draft_version: the newest in the window;
+//   tokens_per_second: decoding's rate per stream, the tokens after the first over the time
+//   after the first token (1 / vLLM's TPOT; requests are streamed): what speculation changes;
+//   end_to_end_tokens_per_second: all tokens over the whole latency (the prompt's prefill,
+//   ~200 tokens, included: it costs every arm the same); over_plain: tokens_per_second over the
+//   plain arm's in the same phase and domain; draft_version: the newest in the window;
 //   objective: the trainer's loss at the window's end (online arm).
 //   Then summary lines {"name", "params", "value", "unit"} (see Summarize) and, in --out,
 //   requests-<arm>.jsonl (one line per request) and faster_over_time.png (gnuplot).
@@ -145,7 +149,8 @@ struct Result {
   int tokens = 0, drafted = 0, accepted = 0, tested = 0, steps = 0, drafts = 0;
   int suffix_steps = 0, suffix_drafted = 0, suffix_accepted = 0, suffix_tested = 0;
   uint64_t version = 0;
-  double start_s = 0, end_s = 0;  // since the arm's first request
+  // Since the arm's first request: sent, first text chunk (the first token), last chunk.
+  double start_s = 0, first_token_s = 0, end_s = 0;
 };
 
 // What the trainer's /metrics said at one moment.
@@ -287,29 +292,59 @@ double Now() {
       .count();
 }
 
+// One streamed completion: the time of the first text chunk (the first token) and of the end,
+// and the last chunk's usage and speculative counts.
 Result Send(httplib::Client* cli, const TraceRequest& r, const Options& o, double t0_s) {
   Result out;
   out.start_s = Now() - t0_s;
-  const json req = {{"prompt", r.prompt},           {"max_tokens", o.max_tokens},
-                    {"temperature", r.temperature}, {"seed", r.index},
-                    {"domain", r.domain}};
-  auto res = cli->Post("/v1/completions", req.dump(), "application/json");
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.set_header("Content-Type", "application/json");
+  req.body = json{{"prompt", r.prompt},           {"max_tokens", o.max_tokens},
+                  {"temperature", r.temperature}, {"seed", r.index},
+                  {"domain", r.domain},           {"stream", true}}
+                 .dump();
+  std::string pending;  // received bytes not yet split into events
+  json last;            // the last data event
+  bool malformed = false;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    pending.append(data, n);
+    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+      const std::string event = pending.substr(0, end);
+      pending.erase(0, end + 2);
+      if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
+      json j = json::parse(event.substr(6), nullptr, false);
+      if (j.is_discarded()) {
+        malformed = true;
+        continue;
+      }
+      if (out.first_token_s == 0 && j.contains("choices") &&
+          !j["choices"][0]["text"].get<std::string>().empty()) {
+        out.first_token_s = Now() - t0_s;
+      }
+      last = std::move(j);
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  const bool sent = cli->send(req, res, error);
   out.end_s = Now() - t0_s;
-  if (!res) {
-    out.error = "transport: " + httplib::to_string(res.error());
+  if (!sent) {
+    out.error = "transport: " + httplib::to_string(error);
     return out;
   }
-  if (res->status != 200) {
-    out.error = "HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 200);
+  if (res.status != 200) {
+    out.error = "HTTP " + std::to_string(res.status);
     return out;
   }
-  const json j = json::parse(res->body, nullptr, false);
-  if (j.is_discarded() || !j.contains("speculative") || !j.contains("usage")) {
-    out.error = "malformed response: " + res->body.substr(0, 200);
+  if (malformed || !last.contains("speculative") || !last.contains("usage")) {
+    out.error = "malformed stream, last event: " + last.dump().substr(0, 200);
     return out;
   }
-  const json& s = j["speculative"];
-  out.tokens = j["usage"]["completion_tokens"].get<int>();
+  const json& s = last["speculative"];
+  out.tokens = last["usage"]["completion_tokens"].get<int>();
   out.drafted = s["drafted"].get<int>();
   out.accepted = s["accepted"].get<int>();
   out.tested = s["tested"].get<int>();
@@ -320,6 +355,7 @@ Result Send(httplib::Client* cli, const TraceRequest& r, const Options& o, doubl
   out.suffix_accepted = s["suffix"]["accepted"].get<int>();
   out.suffix_tested = s["suffix"]["tested"].get<int>();
   out.version = s["draft_version"].get<uint64_t>();
+  if (out.first_token_s == 0) out.first_token_s = out.end_s;  // no text (e.g. EOS at once)
   out.ok = true;
   return out;
 }
@@ -450,6 +486,7 @@ Arm RunArm(const ArmSpec& spec, const Options& o, const std::vector<TraceRequest
                         {"suffix_accepted", r.suffix_accepted},
                         {"draft_version", r.version},
                         {"start_s", r.start_s},
+                        {"first_token_s", r.first_token_s},
                         {"end_s", r.end_s}}
                        .dump()
                 << "\n";
@@ -520,6 +557,7 @@ struct Tally {
   int requests = 0;
   double tokens = 0, drafted = 0, accepted = 0, tested = 0, steps = 0, drafts = 0, latency = 0;
   double suffix_steps = 0, suffix_accepted = 0, suffix_tested = 0;
+  double decode_tokens = 0, decode_seconds = 0;
   uint64_t version = 0;
   void Add(const Result& r) {
     ++requests;
@@ -533,6 +571,9 @@ struct Tally {
     suffix_accepted += r.suffix_accepted;
     suffix_tested += r.suffix_tested;
     latency += r.end_s - r.start_s;
+    // After the first token: prefill (the prompt's forward) and queueing left out, as TPOT.
+    decode_tokens += std::max(0, r.tokens - 1);
+    decode_seconds += r.end_s - r.first_token_s;
     version = std::max(version, r.version);
   }
   // The draft model's: suffix blocks left out.
@@ -545,7 +586,13 @@ struct Tally {
   }
   double tokens_per_step() const { return steps > 0 ? tokens / steps : NAN; }
   double suffix_step_share() const { return steps > 0 ? suffix_steps / steps : NAN; }
-  double tokens_per_second() const { return latency > 0 ? tokens / latency : NAN; }
+  // End to end: generated tokens over request latency (prefill included).
+  double end_to_end_tokens_per_second() const { return latency > 0 ? tokens / latency : NAN; }
+  // Decoding: tokens after the first over the time after the first (1 / vLLM's TPOT), where
+  // speculation acts; prefill costs every arm the same and is issue 30's (prefix caching).
+  double tokens_per_second() const {
+    return decode_seconds > 0 ? decode_tokens / decode_seconds : NAN;
+  }
 };
 
 // The measured requests of `domain` ("" = all) in [from, to) that `keep` accepts (default:
@@ -603,9 +650,18 @@ using Series = std::map<std::pair<std::string, std::string>, std::string>;
 void EmitWindows(std::ostream& file, const Arm& arm, const Arm* plain,
                  const std::vector<TraceRequest>& trace, const std::vector<Phase>& phases,
                  const Options& o, Series* series) {
+  // Windows within each phase, of --window requests per domain of the phase (the mix phase's
+  // windows are five times as long, so that each domain's point still sums ~--window requests).
+  std::vector<std::pair<int, int>> windows;
+  for (int p = 0, first = 0; p < static_cast<int>(phases.size()); first += phases[p++].requests) {
+    const int size = o.window * static_cast<int>(phases[p].domains.size());
+    for (int from = first; from < first + phases[p].requests; from += size) {
+      windows.emplace_back(from, std::min(first + phases[p].requests, from + size));
+    }
+  }
   std::map<std::string, int> last_window;  // per domain, the last window with a point
-  for (int w = 0; w * o.window < static_cast<int>(trace.size()); ++w) {
-    const int from = w * o.window, to = std::min<int>(trace.size(), from + o.window);
+  for (int w = 0; w < static_cast<int>(windows.size()); ++w) {
+    const auto [from, to] = windows[w];
     double end_s = 0;
     for (int i = from; i < to; ++i) end_s = std::max(end_s, arm.results[i].end_s);
     double objective = NAN;
@@ -629,6 +685,7 @@ void EmitWindows(std::ostream& file, const Arm& arm, const Arm* plain,
                   {"tokens_per_step", Num(t.tokens_per_step())},
                   {"suffix_step_share", Num(t.suffix_step_share())},
                   {"tokens_per_second", Num(t.tokens_per_second())},
+                  {"end_to_end_tokens_per_second", Num(t.end_to_end_tokens_per_second())},
                   {"over_plain", Num(over_plain)},
                   {"draft_version", t.version},
                   {"objective", Num(objective)}});
@@ -685,6 +742,8 @@ void SummarizeSuffix(std::ostream& file, const Arm& with, const Arm& without,
                            {"requests", on.requests}};
       EmitSummary(file, "suffix_tokens_per_second_ratio", params,
                   on.tokens_per_second() / off.tokens_per_second(), "x");
+      EmitSummary(file, "suffix_end_to_end_ratio", params,
+                  on.end_to_end_tokens_per_second() / off.end_to_end_tokens_per_second(), "x");
       if (temperature < 0) {
         EmitSummary(file, "suffix_step_share", params, on.suffix_step_share(), "fraction");
       }
@@ -740,12 +799,15 @@ bool Summarize(std::ostream& file, const std::vector<Arm>& arms,
                   "x");
     }
     if (plain != nullptr) {
-      const double plain_rate = Sum(*plain, trace, tail, to, d).tokens_per_second();
+      const Tally base = Sum(*plain, trace, tail, to, d);
       for (const Arm& a : arms) {
         if (a.name == "plain" || a.name == "static-no-suffix") continue;
-        EmitSummary(file, "phase_end_tokens_per_second_over_plain",
-                    {{"domain", d}, {"phase", ph.name}, {"arm", a.name}},
-                    Sum(a, trace, tail, to, d).tokens_per_second() / plain_rate, "x");
+        const Tally t = Sum(a, trace, tail, to, d);
+        const json arm_params = {{"domain", d}, {"phase", ph.name}, {"arm", a.name}};
+        EmitSummary(file, "phase_end_tokens_per_second_over_plain", arm_params,
+                    t.tokens_per_second() / base.tokens_per_second(), "x");
+        EmitSummary(file, "phase_end_end_to_end_over_plain", arm_params,
+                    t.end_to_end_tokens_per_second() / base.end_to_end_tokens_per_second(), "x");
       }
     }
     // Adaptation: the online arm's tokens/s over the phase's second quarter against its last
@@ -770,11 +832,14 @@ bool Summarize(std::ostream& file, const std::vector<Arm>& arms,
     // Over the whole trace, on the requests the plain arm replayed (the same requests).
     const int n = static_cast<int>(trace.size());
     const auto same = [&](int i) { return plain->sent[i]; };
-    const double plain_rate = Sum(*plain, trace, 0, n, "").tokens_per_second();
+    const Tally base = Sum(*plain, trace, 0, n, "");
     for (const Arm& a : arms) {
       if (a.name == "plain") continue;
+      const Tally t = SumIf(a, trace, 0, n, "", false, same);
       EmitSummary(file, "trace_tokens_per_second_over_plain", {{"arm", a.name}},
-                  SumIf(a, trace, 0, n, "", false, same).tokens_per_second() / plain_rate, "x");
+                  t.tokens_per_second() / base.tokens_per_second(), "x");
+      EmitSummary(file, "trace_end_to_end_over_plain", {{"arm", a.name}},
+                  t.end_to_end_tokens_per_second() / base.end_to_end_tokens_per_second(), "x");
     }
   }
   if (plain != nullptr) {
@@ -863,7 +928,8 @@ void Plot(const Options& o, const Series& data, const Arm& online, bool over_pla
     << "set output '" << o.out << "/faster_over_time.png'\n"
     << "set multiplot layout 2,1 title 'specloop on " << fs::path(o.target).filename().string()
     << ": draft-prose-1m static vs online, draft-mix-1m reference (k " << o.k << ", "
-    << o.concurrency << " clients)'\nset grid\nset key outside right\n";
+    << o.concurrency << (o.concurrency == 1 ? " client" : " clients")
+    << ")'\nset grid\nset key outside right\nset lmargin 10\n";
   std::string marks;
   int first = 0;
   for (const Phase& p : phases) {
