@@ -249,6 +249,9 @@ void ServingMetrics::SetQueue(int active, int waiting) {
 void ServingMetrics::SetDraftVersion(uint64_t version) {
   draft_version_->Add({}).Set(static_cast<double>(version));
 }
+uint64_t ServingMetrics::draft_version() {
+  return static_cast<uint64_t>(draft_version_->Add({}).Value());
+}
 void ServingMetrics::ObserveSwap() { swaps_->Add({}).Increment(); }
 void ServingMetrics::ObserveSwapFailure(const std::string& reason) {
   swap_failures_->Add({{"reason", reason}}).Increment();

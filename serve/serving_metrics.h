@@ -90,6 +90,7 @@ class ServingMetrics {
 
   // Hot-swap (DESIGN.md section 7): the version serving now, swaps, failures, rollbacks.
   void SetDraftVersion(uint64_t version);
+  uint64_t draft_version();
   void ObserveSwap();
   void ObserveSwapFailure(const std::string& reason);
   void ObserveRollback();

@@ -3,9 +3,7 @@
 #include <httplib.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "serve/serving_metrics.h"
 
@@ -30,22 +28,6 @@ namespace {
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// Sum of the samples of `name` (any labels) in a text exposition; sets *found.
-double SumSeries(const std::string& text, const std::string& name, bool* found = nullptr) {
-  double sum = 0;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.compare(0, name.size(), name) != 0 || line.size() <= name.size()) continue;
-    const char next = line[name.size()];
-    if (next != ' ' && next != '{') continue;
-    const size_t space = line.rfind(' ');
-    sum += std::strtod(line.c_str() + space + 1, nullptr);
-    if (found) *found = true;
-  }
-  return sum;
 }
 
 const char kPageHead[] = R"HTML(<!DOCTYPE html>
@@ -260,10 +242,9 @@ StatusPage::Sample StatusPage::Take(const Sample* previous) {
   for (const DomainDrift::Reading& r : metrics_->drift().Snapshot()) {
     s.alpha[r.domain] = r.long_alpha;
   }
-  const std::string text = metrics_->registry().Serialize();
-  s.tokens = SumSeries(text, "specloop_generated_tokens_total");
-  s.version = static_cast<uint64_t>(SumSeries(text, "specloop_draft_version"));
   s.totals = metrics_->Totals();
+  for (const auto& [d, t] : s.totals) s.tokens += t.generated;
+  s.version = metrics_->draft_version();
   if (previous && s.t > previous->t) {
     s.tokens_per_second = (s.tokens - previous->tokens) / (s.t - previous->t);
   }
