@@ -189,8 +189,9 @@ void Scheduler::Admit() {
         slot.suffix_acceptance = &st.acceptance[p.generate.sampling.greedy() ? 0 : 1];
       }
       seq->draft_version = draft_version_;
+      // The prompt is prefilled in chunks by the steps to come (TakePrefillChunks).
       seq->decoder = std::make_unique<SpeculativeDecoder>(target_, seq->proposer.get(), p.prompt,
-                                                          p.generate);
+                                                          p.generate, /*defer_prefill=*/true);
       slot.decoder = seq->decoder.get();
       slot.proposer = seq->proposer.get();
       seq->text = std::make_unique<TextStream>(tokenizer_, p.prompt.back(), p.stop);
@@ -219,10 +220,101 @@ void Scheduler::Admit() {
   }
 }
 
+// The target's extra seconds for a prompt chunk of `tokens` after `prefix` cached ones, riding
+// in a forward of `rows` decoding rows: the rows' cost curve, and the chunk's attention (to
+// its prefix and within itself) at the table's cost per row and attended token.
+double Scheduler::ChunkSeconds(int rows, int64_t tokens, int64_t prefix) const {
+  const int n = static_cast<int>(tokens);
+  const double attention = costs_.TargetSeconds(n, prefix + (tokens - 1) / 2.0) -
+                           costs_.TargetSeconds(n, 0);
+  return costs_.TargetSeconds(rows + n, 0) - costs_.TargetSeconds(rows, 0) + attention;
+}
+
+// Chunked prefill, as vLLM's and SGLang's schedulers: each step carries prompt tokens of the
+// prefilling sequences, oldest first, in the target forward of the decoding ones. Alone, a
+// step carries up to kMaxPrefillChunk tokens (a bound on one forward). Beside decoding
+// sequences the step's time is shared by sequence: the chunks may add, by the step cost
+// table, the decoding rows' seconds times prefilling / decoding sequences (each prefilling
+// one gets what a decoding one gets), at least kMinPrefillShare of them (so a lone long prompt
+// stretches the others' steps by half instead of stalling them for its whole prefill) and at
+// least kMinPrefillChunk tokens (so that a prompt always advances). The draft
+// (sequences that draft with a model) is fed the same chunks in one batched draft forward,
+// so that its first block does not catch up on the whole prompt. Returns the chunks' target
+// seconds by the table; the sequences whose chunks ride are in *chunked.
+double Scheduler::TakePrefillChunks(const std::vector<Sequence*>& prefilling, int decoding,
+                                    int decode_rows, double context, PrefillChunks* chunks,
+                                    std::vector<Sequence*>* chunked) {
+  // How many tokens fit in the step, given the first chunk's prefix.
+  const int64_t prefix = static_cast<int64_t>(prefilling.front()->decoder->tokens().size()) - 1 -
+                         prefilling.front()->decoder->prefill_remaining();
+  int64_t budget = kMaxPrefillChunk;
+  if (decode_rows > 0) {
+    const double share =
+        std::max(kMinPrefillShare, static_cast<double>(prefilling.size()) / decoding);
+    const double allowed = share * costs_.TargetSeconds(decode_rows, context);
+    int64_t lo = kMinPrefillChunk, hi = kMaxPrefillChunk;
+    while (lo < hi) {  // the largest chunk within the allowance (seconds grow with tokens)
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (ChunkSeconds(decode_rows, mid, prefix) <= allowed) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    budget = lo;
+  }
+  struct Planned {
+    Sequence* seq;
+    int64_t tokens;
+  };
+  std::vector<Planned> plan;
+  std::vector<ForwardInput> draft_inputs;
+  std::vector<Sequence*> drafted;
+  int64_t total = 0;
+  for (Sequence* seq : prefilling) {
+    if (total >= budget) break;
+    const int64_t n = std::min(budget - total, seq->decoder->prefill_remaining());
+    plan.push_back({seq, n});
+    total += n;
+    if (seq->slot.draft_proposer != nullptr) {
+      const std::vector<int>& tokens = seq->decoder->tokens();
+      const size_t end = tokens.size() - 1 - (seq->decoder->prefill_remaining() - n);
+      ForwardInput in = seq->slot.draft_proposer->PrefillInput(tokens, end);
+      if (!in.tokens.empty()) {
+        draft_inputs.push_back(std::move(in));
+        drafted.push_back(seq);
+      }
+    }
+  }
+  if (!draft_inputs.empty()) {
+    try {
+      draft_->Forward(draft_inputs);
+    } catch (const std::exception& e) {  // the batch's forward touched them all
+      for (Sequence* seq : drafted) {
+        metrics_->ObserveSchedulerError();
+        Fail(seq, 500, std::string("prefill failed: draft forward failed: ") + e.what());
+      }
+    }
+  }
+  double seconds = 0;
+  int rows = decode_rows;
+  for (const Planned& p : plan) {
+    if (p.seq->done) continue;
+    const int64_t done = static_cast<int64_t>(p.seq->decoder->tokens().size()) - 1 -
+                         p.seq->decoder->prefill_remaining();
+    seconds += ChunkSeconds(rows, p.tokens, done);
+    rows += static_cast<int>(p.tokens);
+    chunks->inputs.push_back(p.seq->decoder->PrefillInput(p.tokens));
+    chunked->push_back(p.seq);
+  }
+  return seconds;
+}
+
 void Scheduler::Step() {
   // Decoding itself is DecodeStep (common/engine/decode_step.h), as for `specloop generate`;
-  // here: each sequence's slot, then what the server does with the outcomes.
-  std::vector<Sequence*> stepping;
+  // here: each sequence's slot, prompt chunks for the prefilling ones, then what the server
+  // does with the outcomes.
+  std::vector<Sequence*> stepping, prefilling;
   std::vector<DecodeSlot*> slots;
   for (auto& up : active_) {
     Sequence* seq = up.get();
@@ -230,21 +322,48 @@ void Scheduler::Step() {
       Finish(seq, "cancelled");
       continue;
     }
+    if (seq->decoder->prefill_remaining() > 0) {
+      prefilling.push_back(seq);
+      continue;
+    }
     stepping.push_back(seq);
     slots.push_back(&seq->slot);
   }
-  if (slots.empty()) return;
+  if (slots.empty() && prefilling.empty()) return;
   double context = 0;  // the batch's mean, for the plain step it is compared with
   for (const Sequence* seq : stepping) context += seq->decoder->tokens().size();
-  context /= stepping.size();
-  DecodeStepTimes times;
+  if (!stepping.empty()) context /= stepping.size();
   const Clock::time_point t0 = Clock::now();
-  DecodeStep(*target_, &costs_, slots, &times);
+  PrefillChunks chunks;
+  std::vector<Sequence*> chunked;
+  double chunk_seconds = 0;
+  if (!prefilling.empty()) {
+    // The decoding rows to come: the last step's, while the batch is the same size.
+    const int decode_rows = stepping.empty() ? 0
+                            : last_decode_.sequences == static_cast<int>(stepping.size())
+                                ? last_decode_.rows
+                                : static_cast<int>(stepping.size());
+    chunk_seconds = TakePrefillChunks(prefilling, static_cast<int>(stepping.size()), decode_rows,
+                                      context, &chunks, &chunked);
+  }
+  DecodeStepTimes times;
+  DecodeStep(*target_, &costs_, slots, &times, &chunks);
   const double step_seconds = SecondsSince(t0);
-  // What a plain step of this batch would have taken: one row per sequence.
+  if (!chunks.error.empty()) {
+    for (Sequence* seq : chunked) {
+      metrics_->ObserveSchedulerError();
+      Fail(seq, 500, "prefill failed: " + chunks.error);
+    }
+  }
+  if (times.sequences + times.chunks > 0) {
+    metrics_->ObserveTargetForward(times.forward_seconds, times.sequences + times.chunks);
+  }
+  if (slots.empty()) return;
+  last_decode_ = times;
+  // What a plain step of this batch would have taken: one row per sequence, and the same
+  // prompt chunks riding.
   const double plain_step_seconds =
-      costs_.TargetSeconds(static_cast<int>(stepping.size()), context);
-  if (times.sequences > 0) metrics_->ObserveTargetForward(times.forward_seconds, times.sequences);
+      costs_.TargetSeconds(static_cast<int>(stepping.size()), context) + chunk_seconds;
 
   for (Sequence* seq : stepping) {
     const DecodeSlot* slot = &seq->slot;

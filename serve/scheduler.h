@@ -4,8 +4,9 @@
 //
 // Each iteration:
 //   1. installs a new draft from the DraftSwapHook, if one is ready;
-//   2. admits waiting requests up to max_batch (prompt prefill per new sequence) and retires
-//      cancelled ones;
+//   2. admits waiting requests up to max_batch and retires cancelled ones; a new sequence's
+//      prompt is prefilled in chunks that ride in the steps' target forwards (chunked
+//      prefill: TakePrefillChunks), and it decodes from the step after its last chunk;
 //   3. for every active sequence picks k (fixed, or the SpeculationPolicy of its domain and
 //      draft version, given the batch size and the measured StepCostTable); the draft model
 //      then drafts for all of them together, one batched draft forward per drafted position;
@@ -98,6 +99,10 @@ class Scheduler {
   void InstallDraft(DraftCandidate candidate);
   void Admit();
   void Step();
+  double ChunkSeconds(int rows, int64_t tokens, int64_t prefix) const;
+  double TakePrefillChunks(const std::vector<Sequence*>& prefilling, int decoding,
+                           int decode_rows, double context, PrefillChunks* chunks,
+                           std::vector<Sequence*>* chunked);
   void Fail(Sequence* seq, int http_status, const std::string& message);
   void Finish(Sequence* seq, const std::string& reason);
   SpeculationPolicy* PolicyFor(const std::string& domain_label, uint64_t draft_version);
@@ -126,6 +131,14 @@ class Scheduler {
   };
   std::map<std::string, SuffixState> suffixes_;
   StepCostTable costs_;
+  DecodeStepTimes last_decode_;  // the last step's decoding sequences and rows
+
+  // Chunked prefill (TakePrefillChunks): prompt tokens a step carries beside decoding
+  // sequences, at least and (alone too) at most; the least share of their forward's seconds
+  // the chunks may add.
+  static constexpr int64_t kMinPrefillChunk = 16;
+  static constexpr int64_t kMaxPrefillChunk = 512;
+  static constexpr double kMinPrefillShare = 0.5;
 
   std::atomic<uint64_t> draft_version_{0};
   std::atomic<int> active_count_{0};

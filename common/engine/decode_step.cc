@@ -58,7 +58,8 @@ bool TakeSuffixBlock(const StepCostTable& costs, int batch, int64_t context, Dec
 }  // namespace
 
 void DecodeStep(const LlamaModel& target, StepCostTable* costs,
-                const std::vector<DecodeSlot*>& slots, DecodeStepTimes* times) {
+                const std::vector<DecodeSlot*>& slots, DecodeStepTimes* times,
+                PrefillChunks* prefill) {
   c10::InferenceMode guard;
   const int batch = static_cast<int>(slots.size());
   // 1-2. Each sequence's k, then its drafts: the model-drafting ones in one batch.
@@ -124,17 +125,34 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     inputs.push_back(std::move(in));
     live.push_back(slot);
   }
-  if (live.empty()) return;
+  const size_t decode_rows = rows;
+  if (prefill != nullptr) {
+    prefill->error.clear();
+    for (ForwardInput& chunk : prefill->inputs) {
+      const double n = chunk.tokens.size();
+      rows += chunk.tokens.size();
+      attended += n * static_cast<double>(chunk.cache->length()) + n * (n - 1) / 2.0;
+      inputs.push_back(std::move(chunk));
+    }
+    prefill->inputs.clear();
+  }
+  if (inputs.empty()) return;
   at::Tensor logits;
   const auto t0 = Clock::now();
   try {
     logits = target.Forward(inputs).to(at::kCPU).contiguous();
   } catch (const std::exception& e) {
     for (DecodeSlot* slot : live) FailSlot(slot, "target forward failed", e);
+    if (prefill != nullptr && inputs.size() > live.size()) {
+      prefill->error = std::string("target forward failed: ") + e.what();
+    }
     return;
   }
   const double forward_s = SecondsSince(t0);
-  if (times != nullptr) *times = {forward_s, static_cast<int>(live.size())};
+  if (times != nullptr) {
+    *times = {forward_s, static_cast<int>(live.size()), static_cast<int>(decode_rows),
+              static_cast<int>(inputs.size() - live.size())};
+  }
 
   // 4. Verification, each sequence's on_commit; 5. what the step measured.
   double verify_s = 0;  // the verifiers' (and on_commit's) work: part of what a row costs
@@ -143,7 +161,7 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   bool draft_ran = false;
   for (size_t i = 0; i < live.size(); ++i) {
     DecodeSlot* slot = live[i];
-    const size_t n = (i + 1 < live.size() ? offsets[i + 1] : rows) - offsets[i];
+    const size_t n = (i + 1 < live.size() ? offsets[i + 1] : decode_rows) - offsets[i];
     try {
       const at::Tensor mine = logits.narrow(0, offsets[i], n);
       const auto c0 = Clock::now();

@@ -85,12 +85,24 @@ struct DecodeSlot {
 
 struct DecodeStepTimes {
   double forward_seconds = 0;  // the batched target forward
-  int sequences = 0;           // in it
+  int sequences = 0;           // decoding sequences in it
+  int rows = 0;                // their rows
+  int chunks = 0;              // prompt chunks in it (PrefillChunks)
 };
 
-// Resets every slot's outcome, then steps them. REQUIRES: every slot's decoder is not
-// finished; a slot with a policy needs `costs` (null: nothing is measured).
+// Prompt chunks that ride in the step's target forward (chunked prefill: SpeculativeDecoder::
+// PrefillInput), after the decoding sequences' rows; their logits are unused. The forward's
+// cost, chunks included, is what the step cost table observes.
+struct PrefillChunks {
+  std::vector<ForwardInput> inputs;
+  std::string error;  // set when the target forward failed (the chunks are lost)
+};
+
+// Resets every slot's outcome, then steps them, and runs `prefill`'s chunks (may be null) in
+// the same target forward. REQUIRES: every slot's decoder is not finished and has no prompt
+// left to prefill; a slot with a policy needs `costs` (null: nothing is measured).
 void DecodeStep(const LlamaModel& target, StepCostTable* costs,
-                const std::vector<DecodeSlot*>& slots, DecodeStepTimes* times = nullptr);
+                const std::vector<DecodeSlot*>& slots, DecodeStepTimes* times = nullptr,
+                PrefillChunks* prefill = nullptr);
 
 }  // namespace specloop

@@ -63,6 +63,19 @@ ForwardInput DraftModelProposer::FeedInput(const std::vector<int>& context) {
   return in;
 }
 
+ForwardInput DraftModelProposer::PrefillInput(const std::vector<int>& context, size_t end) {
+  SettleTree(context);
+  size_t keep = 0;
+  while (keep < cached_.size() && keep < end && cached_[keep] == context[keep]) ++keep;
+  cache_.Truncate(keep);
+  cached_.resize(keep);
+  ForwardInput in;
+  in.cache = &cache_;
+  in.tokens.assign(context.begin() + keep, context.begin() + end);
+  cached_.insert(cached_.end(), context.begin() + keep, context.begin() + end);
+  return in;
+}
+
 void DraftModelProposer::Begin(DraftBlock* out) {
   out->Clear();
   last_seconds_ = 0.0;

@@ -34,6 +34,12 @@ class DraftModelProposer : public Proposer {
   int64_t CatchUpTokens(const std::vector<int>& context) const override;
   CatchUp last_catch_up() const override { return last_catch_up_; }
 
+  // Chunked prefill: the forward feeding context[0, end) to the draft's cache (only what the
+  // cache lacks), for the caller to run with others of the same draft model; empty tokens when
+  // there is nothing to feed. A later Propose() then catches up on no more than the rest.
+  // REQUIRES: end <= context.size().
+  ForwardInput PrefillInput(const std::vector<int>& context, size_t end);
+
   // Points the proposer at another draft model (hot-swap): the cache is rebuilt on next use.
   void SetDraft(const LlamaModel* draft);
 

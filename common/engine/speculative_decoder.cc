@@ -30,7 +30,8 @@ void SpeculativeStats::Add(const SpeculativeStats& o) {
 }
 
 SpeculativeDecoder::SpeculativeDecoder(const LlamaModel* target, Proposer* proposer,
-                                       std::vector<int> prompt, const GenerateOptions& options)
+                                       std::vector<int> prompt, const GenerateOptions& options,
+                                       bool defer_prefill)
     : target_(target),
       proposer_(proposer),
       options_(options),
@@ -44,11 +45,18 @@ SpeculativeDecoder::SpeculativeDecoder(const LlamaModel* target, Proposer* propo
   TORCH_CHECK(!tokens_.empty(), "empty prompt");
   finished_ = options_.max_tokens <= 0;
   // Prefill all but the last prompt token: the last one is fed with the first draft block.
-  if (tokens_.size() > 1) {
-    std::vector<int64_t> feed(tokens_.begin(), tokens_.end() - 1);
-    target_->Forward({{&cache_, std::move(feed), false}});
-    cached_.assign(tokens_.begin(), tokens_.end() - 1);
-  }
+  if (!defer_prefill && prefill_remaining() > 0) target_->Forward({PrefillInput(tokens_.size())});
+}
+
+ForwardInput SpeculativeDecoder::PrefillInput(int64_t max_tokens) {
+  TORCH_CHECK(max_tokens > 0 && prefill_remaining() > 0, "nothing to prefill");
+  const size_t begin = cached_.size();
+  const size_t end = begin + static_cast<size_t>(std::min(max_tokens, prefill_remaining()));
+  ForwardInput in;
+  in.cache = &cache_;
+  in.tokens.assign(tokens_.begin() + begin, tokens_.begin() + end);
+  cached_.insert(cached_.end(), tokens_.begin() + begin, tokens_.begin() + end);
+  return in;
 }
 
 std::vector<int> SpeculativeDecoder::generated() const {

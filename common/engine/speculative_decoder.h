@@ -56,10 +56,22 @@ struct SpeculativeStats {
 
 class SpeculativeDecoder {
  public:
-  // Runs the prompt through the target (REQUIRES: non-empty, shorter than the context limit).
-  // `target` and `proposer` must outlive the decoder.
+  // Runs the prompt but its last token through the target (REQUIRES: non-empty, shorter than
+  // the context limit), unless `defer_prefill`: then the caller feeds it in chunks
+  // (PrefillInput) before the first step. `target` and `proposer` must outlive the decoder.
   SpeculativeDecoder(const LlamaModel* target, Proposer* proposer, std::vector<int> prompt,
-                     const GenerateOptions& options);
+                     const GenerateOptions& options, bool defer_prefill = false);
+
+  // Chunked prefill (the server's scheduler interleaves prompt chunks with other sequences'
+  // decode steps). Prompt tokens still to run through the target; a step taken before they are
+  // feeds them with its block (TargetInput), their logits computed for nothing.
+  int64_t prefill_remaining() const {
+    return static_cast<int64_t>(tokens_.size()) - 1 - static_cast<int64_t>(cached_.size());
+  }
+  // The forward of the next at most `max_tokens` (> 0) of them; the caller runs it (in a batch
+  // with others, its logits unused), after which they count as prefilled. REQUIRES:
+  // prefill_remaining() > 0.
+  ForwardInput PrefillInput(int64_t max_tokens);
 
   bool finished() const { return finished_; }
   // Generated tokens so far (prompt excluded).
