@@ -230,6 +230,15 @@ double Scheduler::ChunkSeconds(int rows, int64_t tokens, int64_t prefix) const {
   return costs_.TargetSeconds(rows + n, 0) - costs_.TargetSeconds(rows, 0) + attention;
 }
 
+bool Scheduler::SpeculationPays(const DecodeSlot& slot, int batch, int64_t context) const {
+  if (slot.policy == nullptr) return slot.fixed_k > 0;
+  const double plain = slot.policy->ExpectedRate(costs_, 0, batch, context);
+  for (int k = 1; k <= slot.policy->options().k_max; ++k) {
+    if (slot.policy->ExpectedRate(costs_, k, batch, context) > plain) return true;
+  }
+  return false;
+}
+
 // Chunked prefill, as vLLM's and SGLang's schedulers: each step carries prompt tokens of the
 // prefilling sequences, oldest first, in the target forward of the decoding ones. Alone, a
 // step carries up to kMaxPrefillChunk tokens (a bound on one forward). Beside decoding
@@ -237,10 +246,13 @@ double Scheduler::ChunkSeconds(int rows, int64_t tokens, int64_t prefix) const {
 // table, the decoding rows' seconds times prefilling / decoding sequences (each prefilling
 // one gets what a decoding one gets), at least kMinPrefillShare of them (so a lone long prompt
 // stretches the others' steps by half instead of stalling them for its whole prefill) and at
-// least kMinPrefillChunk tokens (so that a prompt always advances). The draft
-// (sequences that draft with a model) is fed the same chunks in one batched draft forward,
-// so that its first block does not catch up on the whole prompt. Returns the chunks' target
-// seconds by the table; the sequences whose chunks ride are in *chunked.
+// least kMinPrefillChunk tokens (so that a prompt always advances). Where speculation pays
+// at this batch (a fixed k, or the domain's policy expecting more tokens per second at some
+// k > 0 than plainly), the draft is fed the same chunks in one batched draft forward, so that
+// its first block does not catch up on the whole prompt; elsewhere the draft is left behind
+// (its catch-up is the policy's to weigh: a 16-client batch decodes mostly plainly, and a
+// draft prefilled for nothing cost that serve_bench arm ~10% of its throughput). Returns the
+// chunks' target seconds by the table; the sequences whose chunks ride are in *chunked.
 double Scheduler::TakePrefillChunks(const std::vector<Sequence*>& prefilling, int decoding,
                                     int decode_rows, double context, PrefillChunks* chunks,
                                     std::vector<Sequence*>* chunked) {
@@ -276,7 +288,9 @@ double Scheduler::TakePrefillChunks(const std::vector<Sequence*>& prefilling, in
     const int64_t n = std::min(budget - total, seq->decoder->prefill_remaining());
     plan.push_back({seq, n});
     total += n;
-    if (seq->slot.draft_proposer != nullptr) {
+    if (seq->slot.draft_proposer != nullptr &&
+        SpeculationPays(seq->slot, decoding + static_cast<int>(prefilling.size()),
+                        static_cast<int64_t>(seq->decoder->tokens().size()))) {
       const std::vector<int>& tokens = seq->decoder->tokens();
       const size_t end = tokens.size() - 1 - (seq->decoder->prefill_remaining() - n);
       ForwardInput in = seq->slot.draft_proposer->PrefillInput(tokens, end);

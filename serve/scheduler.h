@@ -100,6 +100,7 @@ class Scheduler {
   void Admit();
   void Step();
   double ChunkSeconds(int rows, int64_t tokens, int64_t prefix) const;
+  bool SpeculationPays(const DecodeSlot& slot, int batch, int64_t context) const;
   double TakePrefillChunks(const std::vector<Sequence*>& prefilling, int decoding,
                            int decode_rows, double context, PrefillChunks* chunks,
                            std::vector<Sequence*>* chunked);
@@ -136,7 +137,7 @@ class Scheduler {
   // Chunked prefill (TakePrefillChunks): prompt tokens a step carries beside decoding
   // sequences, at least and (alone too) at most; the least share of their forward's seconds
   // the chunks may add.
-  static constexpr int64_t kMinPrefillChunk = 16;
+  static constexpr int64_t kMinPrefillChunk = 4;
   static constexpr int64_t kMaxPrefillChunk = 512;
   static constexpr double kMinPrefillShare = 0.5;
 
