@@ -75,18 +75,14 @@ bool GetBool(const json& j, const char* key, bool* v, ApiError* error) {
   return true;
 }
 
-}  // namespace
-
-bool ParseCompletionRequest(const std::string& body, const std::string& header_domain,
-                            const CompletionLimits& limits, uint64_t default_seed,
-                            CompletionParams* out, ApiError* error) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Fail(error, 400, "request body is not valid JSON");
-  if (!j.is_object()) return Fail(error, 400, "request body must be a JSON object");
-  CompletionParams p;
-
+// The fields /v1/completions and /v1/chat/completions share: model, n, sampling, seed,
+// max_tokens (and for chat max_completion_tokens), stop, stream, ignore_eos, domain.
+// *max_tokens gets the requested count, or -1 when the request gives none.
+bool ParseCommonFields(const json& j, const std::string& header_domain,
+                       const CompletionLimits& limits, uint64_t default_seed, bool chat,
+                       CompletionParams* p, int64_t* max_tokens, ApiError* error) {
   // model
-  p.model = limits.model_name;
+  p->model = limits.model_name;
   if (auto it = j.find("model"); it != j.end() && !it->is_null()) {
     if (!it->is_string()) return Fail(error, 400, "model must be a string", "model");
     if (it->get<std::string>() != limits.model_name) {
@@ -97,6 +93,204 @@ bool ParseCompletionRequest(const std::string& body, const std::string& header_d
     }
   }
 
+  // Unsupported options that change the response shape.
+  int64_t n = 1;
+  bool present = false;
+  if (!GetInteger(j, "n", &n, &present, error)) return false;
+  if (n != 1) return Fail(error, 400, "only n = 1 is supported", "n");
+  if (chat) {
+    bool logprobs = false;
+    if (!GetBool(j, "logprobs", &logprobs, error)) return false;
+    if (logprobs) return Fail(error, 400, "logprobs is not supported", "logprobs");
+  } else {
+    bool echo = false;
+    if (!GetBool(j, "echo", &echo, error)) return false;
+    if (echo) return Fail(error, 400, "echo is not supported", "echo");
+    if (auto it = j.find("logprobs"); it != j.end() && !it->is_null() &&
+                                      !(it->is_number_integer() && it->get<int64_t>() == 0)) {
+      return Fail(error, 400, "logprobs is not supported", "logprobs");
+    }
+  }
+
+  // Sampling.
+  double temperature = 1.0, top_p = 1.0;
+  if (!GetNumber(j, "temperature", &temperature, &present, error)) return false;
+  if (temperature < 0 || temperature > 2) {
+    return Fail(error, 400, "temperature must be in [0, 2]", "temperature");
+  }
+  if (!GetNumber(j, "top_p", &top_p, &present, error)) return false;
+  if (!(top_p > 0 && top_p <= 1)) return Fail(error, 400, "top_p must be in (0, 1]", "top_p");
+  int64_t top_k = 0, seed = static_cast<int64_t>(default_seed);
+  if (!GetInteger(j, "top_k", &top_k, &present, error)) return false;
+  if (top_k == -1) top_k = 0;
+  if (top_k < 0 || top_k > (1 << 30)) return Fail(error, 400, "top_k must be >= 0 (or -1)", "top_k");
+  if (!GetInteger(j, "seed", &seed, &present, error)) return false;
+  *max_tokens = -1;
+  // Chat's max_completion_tokens (OpenAI's current name) wins over max_tokens.
+  for (const char* key : chat ? std::vector<const char*>{"max_tokens", "max_completion_tokens"}
+                              : std::vector<const char*>{"max_tokens"}) {
+    int64_t v = 0;
+    if (!GetInteger(j, key, &v, &present, error)) return false;
+    if (!present) continue;
+    if (v < 0) return Fail(error, 400, std::string(key) + " must be >= 0", key);
+    if (v > limits.max_tokens_limit) {
+      return Fail(error, 400, std::string(key) + " must be <= " +
+                                  std::to_string(limits.max_tokens_limit), key);
+    }
+    *max_tokens = v;
+  }
+  p->generate.sampling = {static_cast<float>(temperature), static_cast<int>(top_k),
+                          static_cast<float>(top_p), static_cast<uint64_t>(seed)};
+  if (std::string e = p->generate.sampling.Validate(); !e.empty()) return Fail(error, 400, e);
+
+  // stop
+  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {
+      p->stop.push_back(it->get<std::string>());
+    } else if (it->is_array()) {
+      if (it->size() > 4) return Fail(error, 400, "stop takes at most 4 strings", "stop");
+      for (const auto& s : *it) {
+        if (!s.is_string()) return Fail(error, 400, "stop must be strings", "stop");
+        p->stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return Fail(error, 400, "stop must be a string or an array of strings", "stop");
+    }
+    p->stop.erase(std::remove(p->stop.begin(), p->stop.end(), ""), p->stop.end());
+  }
+
+  if (!GetBool(j, "stream", &p->stream, error)) return false;
+  bool ignore_eos = false;
+  if (!GetBool(j, "ignore_eos", &ignore_eos, error)) return false;
+  p->generate.stop_at_eos = !ignore_eos;
+
+  // domain: body field, else header, else "default".
+  p->domain = header_domain.empty() ? "default" : header_domain;
+  if (auto it = j.find("domain"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) return Fail(error, 400, "domain must be a string", "domain");
+    p->domain = it->get<std::string>();
+  }
+  if (!ValidDomain(p->domain, limits.max_domain_bytes)) {
+    return Fail(error, 400,
+                "domain must be 1 to " + std::to_string(limits.max_domain_bytes) +
+                    " characters of [A-Za-z0-9_.-]",
+                "domain");
+  }
+  return true;
+}
+
+// Checks p->prompt (ids) against the context and sets max_tokens: the request's, else
+// `default_max` capped by the room left in the context (-1: all the room, up to the limit).
+bool FinishPrompt(const CompletionLimits& limits, int64_t max_tokens, int64_t default_max,
+                  const char* param, CompletionParams* p, ApiError* error) {
+  const ModelConfig& c = *limits.config;
+  if (p->prompt.empty()) return Fail(error, 400, std::string(param) + " must not be empty", param);
+  const int64_t ctx = c.max_position_embeddings;
+  const int64_t plen = static_cast<int64_t>(p->prompt.size());
+  if (plen >= ctx) {
+    return Fail(error, 400,
+                "This model's maximum context length is " + std::to_string(ctx) +
+                    " tokens; the prompt has " + std::to_string(plen) + " tokens",
+                param, "context_length_exceeded");
+  }
+  if (plen > limits.max_prompt_tokens) {
+    return Fail(error, 400,
+                "The prompt has " + std::to_string(plen) + " tokens; this server accepts at most " +
+                    std::to_string(limits.max_prompt_tokens),
+                param, "prompt_too_long");
+  }
+  if (max_tokens < 0) {
+    max_tokens = std::min<int64_t>(ctx - plen, limits.max_tokens_limit);
+    if (default_max >= 0) max_tokens = std::min(max_tokens, default_max);
+  }
+  if (plen + max_tokens > ctx) {
+    return Fail(error, 400,
+                "This model's maximum context length is " + std::to_string(ctx) +
+                    " tokens; you requested " + std::to_string(plen + max_tokens) + " (" +
+                    std::to_string(plen) + " in the prompt, " + std::to_string(max_tokens) +
+                    " in the completion)",
+                "max_tokens", "context_length_exceeded");
+  }
+  p->generate.max_tokens = static_cast<int>(max_tokens);
+  return true;
+}
+
+// The messages of a chat request as the template sees them: role and content strings (text
+// parts joined with "\n"), plus `name` when given. Roles: system, user, assistant, and
+// developer (OpenAI's newer name for system, passed on as "system").
+bool ParseMessages(const json& j, json* out, ApiError* error) {
+  auto it = j.find("messages");
+  if (it == j.end() || it->is_null()) return Fail(error, 400, "messages is required", "messages");
+  if (!it->is_array()) return Fail(error, 400, "messages must be an array", "messages");
+  if (it->empty()) return Fail(error, 400, "messages must not be empty", "messages");
+  *out = json::array();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return Fail(error, 400, where + " must be an object", "messages");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return Fail(error, 400, where + ".role must be a string", "messages");
+    }
+    std::string r = role->get<std::string>();
+    if (r == "developer") r = "system";
+    if (r != "system" && r != "user" && r != "assistant") {
+      return Fail(error, 400,
+                  where + ".role '" + role->get<std::string>() + "' is not supported (system, "
+                  "user, assistant, developer; this server has no tool calling)",
+                  "messages");
+    }
+    auto content = m.find("content");
+    std::string text;
+    if (content == m.end() || content->is_null()) {
+      return Fail(error, 400, where + ".content is required", "messages");
+    } else if (content->is_string()) {
+      text = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (size_t k = 0; k < content->size(); ++k) {
+        const json& part = (*content)[k];
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return Fail(error, 400,
+                      where + ".content[" + std::to_string(k) + "] must be a text part "
+                      "({\"type\": \"text\", \"text\": ...}); other parts are not supported",
+                      "messages");
+        }
+        if (k) text += "\n";
+        text += part["text"].get<std::string>();
+      }
+    } else {
+      return Fail(error, 400, where + ".content must be a string or an array of text parts",
+                  "messages");
+    }
+    json msg = {{"role", r}, {"content", text}};
+    if (auto name = m.find("name"); name != m.end() && !name->is_null()) {
+      if (!name->is_string()) return Fail(error, 400, where + ".name must be a string", "messages");
+      msg["name"] = *name;
+    }
+    if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null() &&
+                                           !(calls->is_array() && calls->empty())) {
+      return Fail(error, 400, where + ".tool_calls: tool calling is not supported", "messages");
+    }
+    out->push_back(std::move(msg));
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ParseCompletionRequest(const std::string& body, const std::string& header_domain,
+                            const CompletionLimits& limits, uint64_t default_seed,
+                            CompletionParams* out, ApiError* error) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Fail(error, 400, "request body is not valid JSON");
+  if (!j.is_object()) return Fail(error, 400, "request body must be a JSON object");
+  CompletionParams p;
+  int64_t max_tokens = -1;
+  if (!ParseCommonFields(j, header_domain, limits, default_seed, /*chat=*/false, &p,
+                         &max_tokens, error)) {
+    return false;
+  }
   // prompt
   auto pit = j.find("prompt");
   if (pit == j.end() || pit->is_null()) return Fail(error, 400, "prompt is required", "prompt");
@@ -111,108 +305,63 @@ bool ParseCompletionRequest(const std::string& body, const std::string& header_d
   } else {
     return Fail(error, 400, "prompt must be a string", "prompt");
   }
-
-  // Unsupported options that change the response shape.
-  int64_t n = 1;
-  bool present = false;
-  if (!GetInteger(j, "n", &n, &present, error)) return false;
-  if (n != 1) return Fail(error, 400, "only n = 1 is supported", "n");
-  bool echo = false;
-  if (!GetBool(j, "echo", &echo, error)) return false;
-  if (echo) return Fail(error, 400, "echo is not supported", "echo");
-  if (auto it = j.find("logprobs"); it != j.end() && !it->is_null() &&
-                                    !(it->is_number_integer() && it->get<int64_t>() == 0)) {
-    return Fail(error, 400, "logprobs is not supported", "logprobs");
-  }
-
-  // Sampling.
-  double temperature = 1.0, top_p = 1.0;
-  if (!GetNumber(j, "temperature", &temperature, &present, error)) return false;
-  if (temperature < 0 || temperature > 2) {
-    return Fail(error, 400, "temperature must be in [0, 2]", "temperature");
-  }
-  if (!GetNumber(j, "top_p", &top_p, &present, error)) return false;
-  if (!(top_p > 0 && top_p <= 1)) return Fail(error, 400, "top_p must be in (0, 1]", "top_p");
-  int64_t top_k = 0, seed = static_cast<int64_t>(default_seed), max_tokens = 16;
-  if (!GetInteger(j, "top_k", &top_k, &present, error)) return false;
-  if (top_k == -1) top_k = 0;
-  if (top_k < 0 || top_k > (1 << 30)) return Fail(error, 400, "top_k must be >= 0 (or -1)", "top_k");
-  if (!GetInteger(j, "seed", &seed, &present, error)) return false;
-  bool max_tokens_given = false;
-  if (!GetInteger(j, "max_tokens", &max_tokens, &max_tokens_given, error)) return false;
-  if (max_tokens < 0) return Fail(error, 400, "max_tokens must be >= 0", "max_tokens");
-  if (max_tokens > limits.max_tokens_limit) {
-    return Fail(error, 400,
-                "max_tokens must be <= " + std::to_string(limits.max_tokens_limit),
-                "max_tokens");
-  }
-  p.generate.sampling = {static_cast<float>(temperature), static_cast<int>(top_k),
-                         static_cast<float>(top_p), static_cast<uint64_t>(seed)};
-  if (std::string e = p.generate.sampling.Validate(); !e.empty()) return Fail(error, 400, e);
-
-  // stop
-  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
-    if (it->is_string()) {
-      p.stop.push_back(it->get<std::string>());
-    } else if (it->is_array()) {
-      if (it->size() > 4) return Fail(error, 400, "stop takes at most 4 strings", "stop");
-      for (const auto& s : *it) {
-        if (!s.is_string()) return Fail(error, 400, "stop must be strings", "stop");
-        p.stop.push_back(s.get<std::string>());
-      }
-    } else {
-      return Fail(error, 400, "stop must be a string or an array of strings", "stop");
-    }
-    p.stop.erase(std::remove(p.stop.begin(), p.stop.end(), ""), p.stop.end());
-  }
-
-  if (!GetBool(j, "stream", &p.stream, error)) return false;
-  bool ignore_eos = false;
-  if (!GetBool(j, "ignore_eos", &ignore_eos, error)) return false;
-  p.generate.stop_at_eos = !ignore_eos;
-
-  // domain: body field, else header, else "default".
-  p.domain = header_domain.empty() ? "default" : header_domain;
-  if (auto it = j.find("domain"); it != j.end() && !it->is_null()) {
-    if (!it->is_string()) return Fail(error, 400, "domain must be a string", "domain");
-    p.domain = it->get<std::string>();
-  }
-  if (!ValidDomain(p.domain, limits.max_domain_bytes)) {
-    return Fail(error, 400,
-                "domain must be 1 to " + std::to_string(limits.max_domain_bytes) +
-                    " characters of [A-Za-z0-9_.-]",
-                "domain");
-  }
-
   // Tokenize and check the context.
-  const ModelConfig& c = *limits.config;
   p.prompt = limits.tokenizer->Encode(p.prompt_text);
-  if (c.add_bos_token) p.prompt.insert(p.prompt.begin(), c.bos_token_id);
-  if (p.prompt.empty()) return Fail(error, 400, "prompt must not be empty", "prompt");
-  const int64_t ctx = c.max_position_embeddings;
-  const int64_t plen = static_cast<int64_t>(p.prompt.size());
-  if (plen >= ctx) {
-    return Fail(error, 400,
-                "This model's maximum context length is " + std::to_string(ctx) +
-                    " tokens; the prompt has " + std::to_string(plen) + " tokens",
-                "prompt", "context_length_exceeded");
+  if (limits.config->add_bos_token) p.prompt.insert(p.prompt.begin(), limits.config->bos_token_id);
+  if (!FinishPrompt(limits, max_tokens, /*default_max=*/16, "prompt", &p, error)) return false;
+  *out = std::move(p);
+  return true;
+}
+
+bool ParseChatCompletionRequest(const std::string& body, const std::string& header_domain,
+                                const CompletionLimits& limits, uint64_t default_seed,
+                                CompletionParams* out, ApiError* error) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Fail(error, 400, "request body is not valid JSON");
+  if (!j.is_object()) return Fail(error, 400, "request body must be a JSON object");
+  CompletionParams p;
+  int64_t max_tokens = -1;
+  if (!ParseCommonFields(j, header_domain, limits, default_seed, /*chat=*/true, &p, &max_tokens,
+                         error)) {
+    return false;
   }
-  if (plen > limits.max_prompt_tokens) {
-    return Fail(error, 400,
-                "The prompt has " + std::to_string(plen) + " tokens; this server accepts at most " +
-                    std::to_string(limits.max_prompt_tokens),
-                "prompt", "prompt_too_long");
+  json messages;
+  if (!ParseMessages(j, &messages, error)) return false;
+  if (auto it = j.find("tools"); it != j.end() && !it->is_null() &&
+                                 !(it->is_array() && it->empty())) {
+    return Fail(error, 400, "tools are not supported", "tools");
   }
-  if (!max_tokens_given) max_tokens = std::min<int64_t>(max_tokens, ctx - plen);
-  if (plen + max_tokens > ctx) {
-    return Fail(error, 400,
-                "This model's maximum context length is " + std::to_string(ctx) +
-                    " tokens; you requested " + std::to_string(plen + max_tokens) + " (" +
-                    std::to_string(plen) + " in the prompt, " + std::to_string(max_tokens) +
-                    " in the completion)",
-                "max_tokens", "context_length_exceeded");
+  if (auto it = j.find("response_format"); it != j.end() && !it->is_null() &&
+      !(it->is_object() && it->value("type", "") == "text")) {
+    return Fail(error, 400, "response_format other than text is not supported", "response_format");
   }
-  p.generate.max_tokens = static_cast<int>(max_tokens);
+  ChatRenderOptions render;
+  if (!GetBool(j, "add_generation_prompt", &render.add_generation_prompt, error)) return false;
+  if (auto it = j.find("chat_template_kwargs"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return Fail(error, 400, "chat_template_kwargs must be an object", "chat_template_kwargs");
+    }
+    for (const char* reserved : {"messages", "add_generation_prompt"}) {
+      if (it->contains(reserved)) {
+        return Fail(error, 400, std::string("chat_template_kwargs may not set ") + reserved,
+                    "chat_template_kwargs");
+      }
+    }
+    render.variables = *it;
+  }
+  // Rendering is bounded by the body limit: a template writes little beyond its messages.
+  render.max_prompt_bytes = std::max<size_t>(body.size() * 4, 1 << 20);
+  const ChatTemplate* tmpl = limits.chat_template;
+  std::unique_ptr<ChatTemplate> fallback;
+  if (tmpl == nullptr) {
+    fallback = ChatTemplate::Default();
+    tmpl = fallback.get();
+  }
+  if (Status s = tmpl->Render(messages, render, &p.prompt_text); !s.ok()) {
+    return Fail(error, 400, s.message(), "messages", "chat_template_error");
+  }
+  p.prompt = EncodeChatPrompt(p.prompt_text, tmpl->bos_token(), *limits.config, *limits.tokenizer);
+  if (!FinishPrompt(limits, max_tokens, /*default_max=*/-1, "messages", &p, error)) return false;
   *out = std::move(p);
   return true;
 }

@@ -1,6 +1,7 @@
-// Parsing and validation of a `POST /v1/completions` body into CompletionParams, with the
-// OpenAI-style error a client gets for bad input. Runs on HTTP handler threads: it tokenizes
-// (Tokenizer is thread-safe for const calls) and never touches a model.
+// Parsing and validation of a `POST /v1/completions` or `POST /v1/chat/completions` body into
+// CompletionParams, with the OpenAI-style error a client gets for bad input. Runs on HTTP
+// handler threads: it renders chat templates and tokenizes (ChatTemplate and Tokenizer are
+// thread-safe for const calls) and never touches a model.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/chat/chat_template.h"
 #include "common/tokenizer/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "serve/request.h"
@@ -31,6 +33,8 @@ struct CompletionLimits {
   std::string model_name;     // the id /v1/models lists; requests may name it or omit it
   const ModelConfig* config = nullptr;       // context limit, BOS
   const Tokenizer* tokenizer = nullptr;
+  // The model's chat template (chat requests only). Default: null, the plain default template.
+  const ChatTemplate* chat_template = nullptr;
   // Largest max_tokens accepted. Default: no limit beyond the context.
   int max_tokens_limit = 1 << 30;
   // Longest prompt in tokens (BOS included). Default: no limit beyond the context.
@@ -53,5 +57,22 @@ struct CompletionLimits {
 bool ParseCompletionRequest(const std::string& body, const std::string& header_domain,
                             const CompletionLimits& limits, uint64_t default_seed,
                             CompletionParams* out, ApiError* error);
+
+// Parses a chat request: as ParseCompletionRequest, with `messages` instead of `prompt`,
+// rendered by limits.chat_template (ChatTemplate::Render) and tokenized by EncodeChatPrompt
+// (one BOS, whether or not the template writes it); out->prompt_text is the rendered prompt.
+//
+// Fields beyond the shared ones (model, temperature, top_p, top_k, stop, seed, stream, domain,
+// ignore_eos, n): messages (required, non-empty; role system, user, assistant or developer,
+// the last passed to the template as system; content a string or an array of
+// {"type": "text", "text"} parts, joined with "\n"; name), max_completion_tokens (wins over
+// max_tokens; with neither, the room left in the context up to the server's limit),
+// add_generation_prompt (default true), chat_template_kwargs (extra template variables, as
+// vLLM), logprobs (only false). Errors (400): no or empty messages, wrong roles or types,
+// tool calls, tools, a response_format other than text, and the template's own errors
+// (code "chat_template_error", e.g. roles that do not alternate for Mistral's template).
+bool ParseChatCompletionRequest(const std::string& body, const std::string& header_domain,
+                                const CompletionLimits& limits, uint64_t default_seed,
+                                CompletionParams* out, ApiError* error);
 
 }  // namespace specloop

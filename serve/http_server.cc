@@ -63,6 +63,13 @@ ApiError ServerError(int status, const std::string& message) {
   return e;
 }
 
+// Answers with `e` (an OpenAI error object), counted in specloop_http_errors_total{code}.
+void SendError(ServingMetrics* metrics, httplib::Response& res, const ApiError& e) {
+  metrics->ObserveHttpError(e.status);
+  res.status = e.status;
+  res.set_content(Dump(e.ToJson()), kJson);
+}
+
 // The routes that stay open when an API key is set (probes, scrapes, the status page).
 bool IsOpenRoute(const httplib::Request& req) {
   return req.method == "GET" && (req.path == "/health" || req.path == "/metrics" ||
@@ -87,6 +94,9 @@ HttpServer::HttpServer(const HttpServerOptions& options, Scheduler* scheduler,
   limits_.tokenizer = tokenizer;
   limits_.max_tokens_limit = options.max_tokens_limit;
   limits_.max_prompt_tokens = options.max_prompt_tokens;
+  chat_template_ = options.chat_template;
+  if (!chat_template_) chat_template_ = ChatTemplate::Default();
+  limits_.chat_template = chat_template_.get();
   Routes();
 }
 
@@ -153,9 +163,7 @@ void HttpServer::Stop() {
 
 void HttpServer::Routes() {
   auto send_error = [this](httplib::Response& res, const ApiError& e) {
-    metrics_->ObserveHttpError(e.status);
-    res.status = e.status;
-    res.set_content(Dump(e.ToJson()), kJson);
+    SendError(metrics_, res, e);
   };
 
   // The API key is checked before routing, so an unauthenticated body is never parsed.
@@ -215,119 +223,13 @@ void HttpServer::Routes() {
                     "text/plain; version=0.0.4; charset=utf-8");
   });
 
-  server_->Post("/v1/completions", [this, send_error](const httplib::Request& req,
-                                                      httplib::Response& res) {
-    CompletionParams params;
-    ApiError error;
-    const uint64_t n = next_id_.fetch_add(1);
-    std::mt19937_64 seed_gen(id_salt_ ^ (n * 0x9e3779b97f4a7c15ULL));
-    if (!ParseCompletionRequest(req.body, req.get_header_value("X-Domain"), limits_,
-                                seed_gen(), &params, &error)) {
-      return send_error(res, error);
-    }
-    char id[40];
-    std::snprintf(id, sizeof(id), "cmpl-%08llx%06llx", (unsigned long long)(id_salt_ >> 32),
-                  (unsigned long long)n);
-    params.request_id = id;
-    const bool stream = params.stream;
-    auto channel = std::make_shared<RequestChannel>(std::move(params));
-    switch (scheduler_->Submit(channel)) {
-      case Scheduler::SubmitResult::kOk:
-        break;
-      case Scheduler::SubmitResult::kQueueFull:
-        return send_error(res, ServerError(429, "too many requests waiting; retry later"));
-      case Scheduler::SubmitResult::kStopped:
-        return send_error(res, ServerError(503, "server shutting down"));
-    }
-    const int64_t created = UnixSeconds();
-    json head = {{"id", id},
-                 {"object", "text_completion"},
-                 {"created", created},
-                 {"model", options_.model_name},
-                 {"system_fingerprint", Fingerprint()}};
-
-    if (!stream) {
-      std::string text;
-      RequestEvent e;
-      while (true) {
-        if (!channel->Next(std::chrono::seconds(1), &e)) {
-          if (!scheduler_->running()) {
-            channel->Cancel();
-            return send_error(res, ServerError(503, "server shutting down"));
-          }
-          continue;
-        }
-        if (e.type == RequestEvent::Type::kDelta) {
-          text += e.text;
-          continue;
-        }
-        break;
-      }
-      if (e.type == RequestEvent::Type::kError) {
-        return send_error(res, ServerError(e.http_status, e.error));
-      }
-      json body = head;
-      body["choices"] = json::array({{{"text", text},
-                                      {"index", 0},
-                                      {"logprobs", nullptr},
-                                      {"finish_reason", e.finish_reason}}});
-      body["usage"] = UsageJson(e);
-      body["speculative"] = SpeculativeJson(e.speculative);
-      res.set_content(Dump(body), kJson);
-      return;
-    }
-
-    // Streaming: one provider call runs the whole stream.
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, channel, head](size_t, httplib::DataSink& sink) {
-          auto send = [&sink](const json& j) {
-            const std::string s = "data: " + Dump(j) + "\n\n";
-            return sink.write(s.data(), s.size());
-          };
-          auto chunk = [&head](const std::string& text, const json& finish) {
-            json c = head;
-            c["choices"] = json::array(
-                {{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}}});
-            return c;
-          };
-          RequestEvent e;
-          while (true) {
-            if (!channel->Next(std::chrono::milliseconds(200), &e)) {
-              if (!sink.is_writable() || !scheduler_->running()) {
-                channel->Cancel();
-                return false;
-              }
-              continue;
-            }
-            if (e.type == RequestEvent::Type::kDelta) {
-              if (!send(chunk(e.text, nullptr))) {
-                channel->Cancel();
-                return false;
-              }
-              continue;
-            }
-            if (e.type == RequestEvent::Type::kError) {
-              metrics_->ObserveHttpError(e.http_status);
-              send(ServerError(e.http_status, e.error).ToJson());
-            } else {
-              json last = chunk("", e.finish_reason);
-              last["usage"] = UsageJson(e);
-              last["speculative"] = SpeculativeJson(e.speculative);
-              if (!send(last)) return false;
-            }
-            static const std::string kDone = "data: [DONE]\n\n";
-            sink.write(kDone.data(), kDone.size());
-            sink.done();
-            return true;
-          }
-        },
-        [channel](bool success) {
-          if (!success) channel->Cancel();
-        });
+  server_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    Complete(req, res, /*chat=*/false);
   });
+  server_->Post("/v1/chat/completions",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  Complete(req, res, /*chat=*/true);
+                });
 
   server_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler's own error, already counted
@@ -352,6 +254,147 @@ void HttpServer::Routes() {
         metrics_->ObserveHttpError(500);
         res.status = 500;
         res.set_content(Dump(ServerError(500, what).ToJson()), kJson);
+      });
+}
+
+// One handler for both completion routes; they differ in parsing and in the JSON shapes:
+//   text:  {"object": "text_completion", "choices": [{"text", "index", "logprobs",
+//          "finish_reason"}]}, each chunk the same with its text;
+//   chat:  {"object": "chat.completion", "choices": [{"index", "message": {"role":
+//          "assistant", "content"}, "logprobs", "finish_reason"}]}; chunks are
+//          "chat.completion.chunk" with a "delta": {"role": "assistant", "content": ""} first,
+//          then {"content": text}, and {} beside the finish_reason.
+// Both put usage and the speculative statistics in the response, or in the last chunk.
+void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+  auto send_error = [this](httplib::Response& res, const ApiError& e) {
+    SendError(metrics_, res, e);
+  };
+  CompletionParams params;
+  ApiError error;
+  const uint64_t n = next_id_.fetch_add(1);
+  std::mt19937_64 seed_gen(id_salt_ ^ (n * 0x9e3779b97f4a7c15ULL));
+  const bool parsed =
+      chat ? ParseChatCompletionRequest(req.body, req.get_header_value("X-Domain"), limits_,
+                                        seed_gen(), &params, &error)
+           : ParseCompletionRequest(req.body, req.get_header_value("X-Domain"), limits_,
+                                    seed_gen(), &params, &error);
+  if (!parsed) return send_error(res, error);
+  char id[48];
+  std::snprintf(id, sizeof(id), "%s-%08llx%06llx", chat ? "chatcmpl" : "cmpl",
+                (unsigned long long)(id_salt_ >> 32), (unsigned long long)n);
+  params.request_id = id;
+  const bool stream = params.stream;
+  auto channel = std::make_shared<RequestChannel>(std::move(params));
+  switch (scheduler_->Submit(channel)) {
+    case Scheduler::SubmitResult::kOk:
+      break;
+    case Scheduler::SubmitResult::kQueueFull:
+      return send_error(res, ServerError(429, "too many requests waiting; retry later"));
+    case Scheduler::SubmitResult::kStopped:
+      return send_error(res, ServerError(503, "server shutting down"));
+  }
+  const int64_t created = UnixSeconds();
+  json head = {{"id", id},
+               {"object", !chat ? "text_completion" : stream ? "chat.completion.chunk"
+                                                             : "chat.completion"},
+               {"created", created},
+               {"model", options_.model_name},
+               {"system_fingerprint", Fingerprint()}};
+
+  if (!stream) {
+    std::string text;
+    RequestEvent e;
+    while (true) {
+      if (!channel->Next(std::chrono::seconds(1), &e)) {
+        if (!scheduler_->running()) {
+          channel->Cancel();
+          return send_error(res, ServerError(503, "server shutting down"));
+        }
+        continue;
+      }
+      if (e.type == RequestEvent::Type::kDelta) {
+        text += e.text;
+        continue;
+      }
+      break;
+    }
+    if (e.type == RequestEvent::Type::kError) {
+      return send_error(res, ServerError(e.http_status, e.error));
+    }
+    json body = head;
+    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", e.finish_reason}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
+    } else {
+      choice["text"] = text;
+    }
+    body["choices"] = json::array({choice});
+    body["usage"] = UsageJson(e);
+    body["speculative"] = SpeculativeJson(e.speculative);
+    res.set_content(Dump(body), kJson);
+    return;
+  }
+
+  // Streaming: one provider call runs the whole stream.
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, channel, head, chat](size_t, httplib::DataSink& sink) {
+        auto send = [&sink](const json& j) {
+          const std::string s = "data: " + Dump(j) + "\n\n";
+          return sink.write(s.data(), s.size());
+        };
+        // A chunk: `delta` for chat (null: {"content": text}), else the text.
+        auto chunk = [&head, chat](const std::string& text, const json& finish,
+                                   const json& delta = nullptr) {
+          json c = head;
+          json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+          if (chat) {
+            choice["delta"] = delta.is_null() ? json{{"content", text}} : delta;
+          } else {
+            choice["text"] = text;
+          }
+          c["choices"] = json::array({choice});
+          return c;
+        };
+        if (chat && !send(chunk("", nullptr, {{"role", "assistant"}, {"content", ""}}))) {
+          channel->Cancel();
+          return false;
+        }
+        RequestEvent e;
+        while (true) {
+          if (!channel->Next(std::chrono::milliseconds(200), &e)) {
+            if (!sink.is_writable() || !scheduler_->running()) {
+              channel->Cancel();
+              return false;
+            }
+            continue;
+          }
+          if (e.type == RequestEvent::Type::kDelta) {
+            if (!send(chunk(e.text, nullptr))) {
+              channel->Cancel();
+              return false;
+            }
+            continue;
+          }
+          if (e.type == RequestEvent::Type::kError) {
+            metrics_->ObserveHttpError(e.http_status);
+            send(ServerError(e.http_status, e.error).ToJson());
+          } else {
+            json last = chunk("", e.finish_reason, json::object());
+            last["usage"] = UsageJson(e);
+            last["speculative"] = SpeculativeJson(e.speculative);
+            if (!send(last)) return false;
+          }
+          static const std::string kDone = "data: [DONE]\n\n";
+          sink.write(kDone.data(), kDone.size());
+          sink.done();
+          return true;
+        }
+      },
+      [channel](bool success) {
+        if (!success) channel->Cancel();
       });
 }
 

@@ -3,6 +3,9 @@
 //   POST /v1/completions   validate + tokenize (completion_params.h), queue to the Scheduler,
 //                          then answer in one JSON object or stream server-sent events
 //                          ("data: {chunk}\n\n" ... "data: [DONE]\n\n");
+//   POST /v1/chat/completions  the same, with messages rendered by the model's chat template
+//                          (common/chat/chat_template.h): a "chat.completion" object, or
+//                          "chat.completion.chunk" events whose first delta is the role;
 //   GET  /v1/models        the served model;
 //   GET  /health           200 while the scheduler runs, else 503;
 //   GET  /metrics          Prometheus text exposition 0.0.4;
@@ -27,6 +30,7 @@
 #include <string>
 
 #include "common/base/status.h"
+#include "common/chat/chat_template.h"
 #include "common/tokenizer/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "serve/completion_params.h"
@@ -35,6 +39,8 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace specloop {
@@ -72,6 +78,9 @@ struct HttpServerOptions {
   // requests. Default: 5 and 100.
   int keep_alive_timeout_seconds = 5;
   int keep_alive_max_requests = 100;
+  // The model's chat template for /v1/chat/completions (ChatTemplate::FromModelDir). Default:
+  // null, the plain default template (kDefaultChatTemplate).
+  std::shared_ptr<const ChatTemplate> chat_template;
 };
 
 
@@ -96,11 +105,14 @@ class HttpServer {
  private:
   void Routes();
   std::string Fingerprint() const;
+  // POST /v1/completions (chat false) and /v1/chat/completions (chat true).
+  void Complete(const httplib::Request& req, httplib::Response& res, bool chat);
 
   const HttpServerOptions options_;
   Scheduler* scheduler_;
   ServingMetrics* metrics_;
   CompletionLimits limits_;
+  std::shared_ptr<const ChatTemplate> chat_template_;  // never null once constructed
   const ReplayLogger* logger_;
   const SampleLogger* sample_logger_;
   std::unique_ptr<httplib::Server> server_;

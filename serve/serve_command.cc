@@ -14,6 +14,7 @@
 #include <zmq.hpp>
 
 #include "buffer/replay_logger.h"
+#include "common/chat/chat_template.h"
 #include "common/model/threads.h"
 #include "serve/commands.h"
 #include "serve/draft_swapper.h"
@@ -29,7 +30,7 @@ namespace {
 struct ServeArgs {
   std::string target, draft, host = "127.0.0.1", buffer, trainer_endpoint, k = "auto";
   std::string trainer_router, trainer_public_key, draft_staging, trainer_status;
-  std::string device = "cpu", dtype = "auto", model_name;
+  std::string device = "cpu", dtype = "auto", model_name, chat_template;
   int port = 8000, max_batch = 16, threads = 0, http_threads = 96, log_top_k = 64;
   int max_waiting = 64, max_domains = 16, k_max = 8;
   uint64_t buffer_max_mb = 4096;
@@ -103,6 +104,18 @@ int RunServe(const ServeArgs& a) {
   draft_load.dtype = "auto";  // --dtype is the target's; a draft's weights stay in cache
   if (s.ok()) s = LlamaModel::Load(a.draft, draft_load, &draft).Annotate("--draft");
   if (s.ok()) s = CheckDraftCompatible(target->config(), draft->config()).Annotate("--draft");
+  // The chat template: --chat-template FILE (Jinja source, with the target's special tokens),
+  // else the target directory's own, else the plain default.
+  std::unique_ptr<ChatTemplate> chat_template;
+  if (s.ok()) s = ChatTemplate::FromModelDir(a.target, &chat_template);
+  if (s.ok() && !a.chat_template.empty()) {
+    std::string source;
+    s = ReadFileToString(a.chat_template, &source).Annotate("--chat-template");
+    nlohmann::json special = nlohmann::json::object();
+    if (!chat_template->bos_token().empty()) special["bos_token"] = chat_template->bos_token();
+    if (!chat_template->eos_token().empty()) special["eos_token"] = chat_template->eos_token();
+    if (s.ok()) s = ChatTemplate::Compile(source, special, &chat_template).Annotate("--chat-template");
+  }
   if (!s.ok()) {
     std::cerr << "specloop serve: " << s.ToString() << "\n";
     return 1;
@@ -186,6 +199,7 @@ int RunServe(const ServeArgs& a) {
   ho.write_timeout_seconds = a.write_timeout;
   ho.keep_alive_timeout_seconds = a.keep_alive_timeout;
   ho.keep_alive_max_requests = a.keep_alive_max;
+  ho.chat_template = std::move(chat_template);
   HttpServer server(ho, &scheduler, metrics.get(), tokenizer.get(), &target->config(),
                     logger.get(), sample_logger.get());
   int port = 0;
@@ -302,6 +316,9 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--worker-id", a->worker_id, "worker id in records")->capture_default_str();
   cmd->add_option("--model-name", a->model_name, "served model id (default: target dir name)");
+  cmd->add_option("--chat-template", a->chat_template,
+                  "Jinja chat template file for /v1/chat/completions (default: the target's "
+                  "tokenizer_config.json chat_template, else \"ROLE: content\" lines)");
   cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", a->dtype,
                   "target weights: auto (float32 on cpu), float32, float16 or bfloat16 (on cpu: "

@@ -207,6 +207,27 @@ def http_seeds():
     write(w, "bad_request_line", b"GARBAGE\r\n\r\n")
 
 
+# ---- chat templates (common/chat/chat_template.h) ----
+
+def chat_template_seeds():
+    w = "chat_template"
+    msgs = json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    write(w, "default", "\n" + "{% for message in messages %}{{ message['role'] + ': ' + "
+          "message['content'] + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}")
+    write(w, "llama3", msgs + "\n" + "{% set loop_messages = messages %}{% for message in loop_messages %}"
+          "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ "
+          "message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = "
+          "bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+          "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+    write(w, "namespace_slices", "x\n{%- set ns = namespace(i=0) %}\n{%- for m in messages[::-1] %}\n"
+          "  {%- set ns.i = ns.i + 1 %}{{ m.content.split('</think>')[-1].lstrip('\\n') }}\n"
+          "{%- endfor %}{{ ns.i }}{{ messages | tojson(indent=2) }}")
+    write(w, "raise", "\n{{ raise_exception('roles must alternate') }}")
+    write(w, "macro_recursion", "\n{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")
+    write(w, "unterminated", "\n{% if messages %}{{ 'x' ")
+    write(w, "deep_parens", "\n{{ " + "(" * 300 + "1" + ")" * 300 + " }}")
+
+
 if __name__ == "__main__":
     record_seeds()
     safetensors_seeds()
@@ -215,3 +236,4 @@ if __name__ == "__main__":
     tokenizer_seeds()
     completion_seeds()
     http_seeds()
+    chat_template_seeds()

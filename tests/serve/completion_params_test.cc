@@ -104,5 +104,60 @@ TEST_F(CompletionParamsTest, RejectsBadInputWithA4xxAndAMessage) {
   }
 }
 
+TEST_F(CompletionParamsTest, ChatRendersTheMessagesAndTokenizesWithOneBos) {
+  CompletionParams p;
+  ApiError e;
+  CompletionLimits l = Limits();  // no chat template: the default one
+  ASSERT_TRUE(ParseChatCompletionRequest(
+      R"({"messages":[{"role":"developer","content":"Be brief."},
+                      {"role":"user","content":[{"type":"text","text":"Hello"},
+                                                {"type":"text","text":"there"}]}],
+          "max_completion_tokens":7,"max_tokens":99,"temperature":0,"stop":"\n","seed":3,
+          "stream":true})",
+      "docs", l, 42, &p, &e))
+      << e.message;
+  EXPECT_EQ(p.prompt_text, "system: Be brief.\nuser: Hello\nthere\nassistant:");
+  std::vector<int> want = tok_->Encode(p.prompt_text);
+  want.insert(want.begin(), config_.bos_token_id);
+  EXPECT_EQ(p.prompt, want);
+  EXPECT_EQ(p.generate.max_tokens, 7);  // max_completion_tokens wins
+  EXPECT_EQ(p.stop, (std::vector<std::string>{"\n"}));
+  EXPECT_EQ(p.generate.sampling.seed, 3u);
+  EXPECT_EQ(p.domain, "docs");
+  EXPECT_TRUE(p.stream);
+  // Without a max: the room left in the context (OpenAI's chat default), not 16.
+  ASSERT_TRUE(ParseChatCompletionRequest(R"({"messages":[{"role":"user","content":"Hi"}]})", "",
+                                         l, 42, &p, &e));
+  EXPECT_EQ(p.generate.max_tokens,
+            config_.max_position_embeddings - static_cast<int>(p.prompt.size()));
+  l.max_tokens_limit = 64;
+  ASSERT_TRUE(ParseChatCompletionRequest(R"({"messages":[{"role":"user","content":"Hi"}]})", "",
+                                         l, 42, &p, &e));
+  EXPECT_EQ(p.generate.max_tokens, 64);
+  // add_generation_prompt and chat_template_kwargs reach the template.
+  std::unique_ptr<ChatTemplate> t;
+  ASSERT_TRUE(ChatTemplate::Compile("{{ messages[0].content }}|{{ add_generation_prompt }}|"
+                                    "{{ flavour }}",
+                                    nlohmann::json::object(), &t)
+                  .ok());
+  l.chat_template = t.get();
+  ASSERT_TRUE(ParseChatCompletionRequest(
+      R"({"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":false,
+          "chat_template_kwargs":{"flavour":"mint"}})",
+      "", l, 42, &p, &e))
+      << e.message;
+  EXPECT_EQ(p.prompt_text, "Hi|False|mint");
+  // A template error is a 400 naming it.
+  ASSERT_TRUE(ChatTemplate::Compile("{{ raise_exception('no ' + messages[0].role) }}",
+                                    nlohmann::json::object(), &t)
+                  .ok());
+  l.chat_template = t.get();
+  EXPECT_FALSE(ParseChatCompletionRequest(R"({"messages":[{"role":"user","content":"Hi"}]})", "",
+                                          l, 42, &p, &e));
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.code, "chat_template_error");
+  EXPECT_EQ(e.message, "chat template raised: no user");
+}
+
 }  // namespace
 }  // namespace specloop

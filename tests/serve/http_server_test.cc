@@ -29,7 +29,8 @@ using serve_test::TempDir;
 // One serving stack on a free loopback port; stopped in the destructor.
 class TestServer {
  public:
-  explicit TestServer(const std::string& buffer_dir = "", int max_batch = 16, int k = -1) {
+  explicit TestServer(const std::string& buffer_dir = "", int max_batch = 16, int k = -1,
+                      std::shared_ptr<const ChatTemplate> chat_template = nullptr) {
     EXPECT_TRUE(LlamaModel::Load(serve_test::TargetDir(), {}, &target_).ok());
     std::unique_ptr<LlamaModel> draft;
     EXPECT_TRUE(LlamaModel::Load(serve_test::DraftDir(), {}, &draft).ok());
@@ -52,6 +53,7 @@ class TestServer {
     ho.port = 0;
     ho.model_name = "target-6m";
     ho.target_id = "target-6m-test";
+    ho.chat_template = std::move(chat_template);
     server_ = std::make_unique<HttpServer>(ho, scheduler_.get(), metrics_.get(),
                                            tokenizer_.get(), &target_->config(), logger_.get(),
                                            sample_logger_.get());
@@ -351,6 +353,230 @@ TEST_F(HttpServerTest, ClientDisconnectCancelsAStream) {
                                       "finish_reason=\"cancelled\"} 1") != std::string::npos;
   }
   EXPECT_TRUE(cancelled);
+}
+
+// ---- /v1/chat/completions ----------------------------------------------------------------
+
+struct ChatReply {
+  int status = 0;
+  std::string content, finish_reason;
+  json body;  // the response (non-streaming) or the last chunk (streaming)
+  int chunks = 0;
+  bool role_first = false, done_marker = false;
+};
+
+ChatReply Chat(httplib::Client& c, const json& req) {
+  ChatReply out;
+  auto res = c.Post("/v1/chat/completions", req.dump(), "application/json");
+  if (!res) return out;
+  out.status = res->status;
+  if (!req.value("stream", false) || res->status != 200) {
+    out.body = json::parse(res->body, nullptr, false);
+    if (res->status == 200) {
+      EXPECT_EQ(out.body["object"], "chat.completion");
+      EXPECT_EQ(out.body["choices"][0]["message"]["role"], "assistant");
+      out.content = out.body["choices"][0]["message"]["content"];
+      out.finish_reason = out.body["choices"][0]["finish_reason"];
+    }
+    return out;
+  }
+  const std::string& b = res->body;
+  for (size_t pos = 0; pos < b.size();) {
+    size_t end = b.find("\n\n", pos);
+    if (end == std::string::npos) break;
+    const std::string event = b.substr(pos, end - pos);
+    pos = end + 2;
+    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+    if (event.substr(6) == "[DONE]") {
+      out.done_marker = true;
+      EXPECT_EQ(pos, b.size()) << "events after [DONE]";
+      break;
+    }
+    const json chunk = json::parse(event.substr(6));
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+    const json& delta = chunk["choices"][0]["delta"];
+    if (out.chunks++ == 0) {
+      out.role_first = delta.value("role", "") == "assistant";
+    } else {
+      EXPECT_FALSE(delta.contains("role"));
+    }
+    if (delta.contains("content")) out.content += delta["content"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) {
+      out.finish_reason = chunk["choices"][0]["finish_reason"];
+      out.body = chunk;
+    }
+  }
+  return out;
+}
+
+json ChatMessages() {
+  return json::array({{{"role", "system"}, {"content", "You write about the Bible."}},
+                      {{"role", "user"}, {"content", "In the beginning"}}});
+}
+
+json GreedyChat(int max_tokens) {
+  return {{"model", "target-6m"}, {"messages", ChatMessages()}, {"max_tokens", max_tokens},
+          {"temperature", 0}, {"domain", "prose"}};
+}
+
+double MetricValue(httplib::Client& c, const std::string& series) {
+  auto m = c.Get("/metrics");
+  if (!m) return -1;
+  const size_t p = m->body.find("\n" + series + " ");
+  return p == std::string::npos ? 0.0 : std::stod(m->body.substr(p + series.size() + 2));
+}
+
+// The fixture model has no chat template: the default one renders "ROLE: content" lines and
+// "assistant:", so a chat request decodes exactly as the completion of that text.
+TEST_F(HttpServerTest, ChatCompletionsDecodeTheRenderedPrompt) {
+  auto c = server_->Client();
+  const ChatReply chat = Chat(*c, GreedyChat(32));
+  ASSERT_EQ(chat.status, 200) << chat.body.dump();
+  EXPECT_EQ(chat.body["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(chat.body["model"], "target-6m");
+  const Completion plain = Complete(
+      *c, Greedy("system: You write about the Bible.\nuser: In the beginning\nassistant:", 32,
+                 "prose"));
+  ASSERT_EQ(plain.status, 200);
+  EXPECT_FALSE(chat.content.empty());
+  EXPECT_EQ(chat.content, plain.text);
+  EXPECT_EQ(chat.finish_reason, plain.finish_reason);
+  EXPECT_EQ(chat.body["usage"], plain.body["usage"]);
+  const json& spec = chat.body["speculative"];
+  EXPECT_GE(spec["drafted"].get<int>(), spec["accepted"].get<int>());
+  EXPECT_TRUE(spec.contains("acceptance_rate"));
+  EXPECT_EQ(spec["draft_version"], 0);
+  // Text parts join like a string; max_completion_tokens wins over max_tokens.
+  json req = GreedyChat(32);
+  req["messages"][1]["content"] = json::array({{{"type", "text"}, {"text", "In the"}},
+                                               {{"type", "text"}, {"text", "beginning"}}});
+  req["max_completion_tokens"] = 5;
+  const ChatReply parts = Chat(*c, req);
+  ASSERT_EQ(parts.status, 200) << parts.body.dump();
+  EXPECT_EQ(parts.body["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(parts.finish_reason, "length");
+  const Completion joined = Complete(
+      *c, Greedy("system: You write about the Bible.\nuser: In the\nbeginning\nassistant:", 5,
+                 "prose"));
+  EXPECT_EQ(parts.content, joined.text);
+  EXPECT_EQ(parts.body["usage"], joined.body["usage"]);
+}
+
+TEST_F(HttpServerTest, ChatStreamingSendsTheRoleThenTheSameText) {
+  auto c = server_->Client();
+  json req = GreedyChat(40);
+  const ChatReply plain = Chat(*c, req);
+  req["stream"] = true;
+  const ChatReply streamed = Chat(*c, req);
+  ASSERT_EQ(plain.status, 200);
+  ASSERT_EQ(streamed.status, 200);
+  EXPECT_TRUE(streamed.role_first);
+  EXPECT_TRUE(streamed.done_marker);
+  EXPECT_GT(streamed.chunks, 3);
+  EXPECT_EQ(streamed.content, plain.content);
+  EXPECT_EQ(streamed.finish_reason, plain.finish_reason);
+  EXPECT_EQ(streamed.body["usage"], plain.body["usage"]);
+  EXPECT_EQ(streamed.body["choices"][0]["delta"], json::object());
+  EXPECT_TRUE(streamed.body["speculative"].contains("accepted"));
+}
+
+TEST_F(HttpServerTest, ChatStopSequencesCutTheText) {
+  auto c = server_->Client();
+  const ChatReply full = Chat(*c, GreedyChat(48));
+  ASSERT_EQ(full.status, 200);
+  ASSERT_GT(full.content.size(), 24u) << full.content;
+  const std::string stop = full.content.substr(16, 4);
+  json req = GreedyChat(48);
+  req["stop"] = stop;
+  for (bool stream : {false, true}) {
+    req["stream"] = stream;
+    const ChatReply cut = Chat(*c, req);
+    ASSERT_EQ(cut.status, 200);
+    EXPECT_EQ(cut.content, full.content.substr(0, full.content.find(stop))) << "stream " << stream;
+    EXPECT_EQ(cut.finish_reason, "stop");
+  }
+}
+
+TEST_F(HttpServerTest, BadChatRequestsGet400AndAreCounted) {
+  auto c = server_->Client();
+  const std::string series = "specloop_http_errors_total{code=\"400\"}";
+  const double before = MetricValue(*c, series);
+  const json user = {{"role", "user"}, {"content", "hi"}};
+  const std::vector<std::pair<json, std::string>> cases = {
+      {json::object(), "messages is required"},
+      {{{"messages", json::array()}}, "must not be empty"},
+      {{{"messages", "hi"}}, "must be an array"},
+      {{{"messages", {"hi"}}}, "must be an object"},
+      {{{"messages", {{{"content", "hi"}}}}}, "role must be a string"},
+      {{{"messages", {{{"role", "wizard"}, {"content", "hi"}}}}}, "'wizard' is not supported"},
+      {{{"messages", {{{"role", "tool"}, {"content", "42"}}}}}, "no tool calling"},
+      {{{"messages", {{{"role", "user"}, {"content", 7}}}}}, "content must be"},
+      {{{"messages", {{{"role", "user"}}}}}, "content is required"},
+      {{{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}},
+       "text part"},
+      {{{"messages", {user}}, {"tools", {{{"type", "function"}}}}}, "tools are not supported"},
+      {{{"messages", {user}}, {"max_completion_tokens", -1}}, "max_completion_tokens"},
+      {{{"messages", {user}}, {"temperature", "hot"}}, "temperature"},
+      {{{"messages", {user}}, {"logprobs", true}}, "logprobs"},
+      {{{"messages", {user}}, {"chat_template_kwargs", {{"messages", 1}}}}, "may not set"},
+  };
+  for (const auto& [body, want] : cases) {
+    auto res = c->Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << body.dump();
+    const json j = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(j.contains("error")) << res->body;
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(want), std::string::npos)
+        << body.dump() << " -> " << j["error"]["message"];
+  }
+  auto bad_json = c->Post("/v1/chat/completions", "{\"messages\": [", "application/json");
+  ASSERT_TRUE(bad_json);
+  EXPECT_EQ(bad_json->status, 400);
+  auto unknown = c->Post("/v1/chat/completions",
+                         json{{"model", "gpt-9"}, {"messages", {user}}}.dump(),
+                         "application/json");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_EQ(MetricValue(*c, series), before + static_cast<double>(cases.size()) + 1);
+  // Still serving.
+  EXPECT_EQ(Chat(*c, GreedyChat(4)).status, 200);
+}
+
+// A model's own template: Mistral's raises on roles that do not alternate (a 400 with the
+// template's message), and writes BOS itself, which the prompt then holds once.
+TEST(HttpServerChatTemplate, TemplateErrorsAre400AndBosIsNotDoubled) {
+  const std::string mistral =
+      "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+      "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+      "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}"
+      "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' "
+      "%}{{ message['content'] + eos_token + ' ' }}{% endif %}{% endfor %}";
+  std::unique_ptr<ChatTemplate> t;
+  ASSERT_TRUE(ChatTemplate::Compile(mistral, {{"bos_token", "<s>"}, {"eos_token", "</s>"}}, &t)
+                  .ok());
+  TestServer server("", 16, -1, std::move(t));
+  auto c = server.Client();
+  json req = {{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}}},
+              {"max_tokens", 4}};
+  auto res = c->Post("/v1/chat/completions", req.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  const json err = json::parse(res->body);
+  EXPECT_EQ(err["error"]["code"], "chat_template_error");
+  EXPECT_NE(err["error"]["message"].get<std::string>().find("Conversation roles must alternate"),
+            std::string::npos)
+      << res->body;
+  req["messages"] = {{{"role", "user"}, {"content", "In the beginning"}}};
+  req["temperature"] = 0;
+  const ChatReply ok = Chat(*c, req);
+  ASSERT_EQ(ok.status, 200) << ok.body.dump();
+  // BOS once, then the rest of the rendered text: "<s>" not also read as text.
+  const size_t rest = server.tokenizer().Encode("[INST] In the beginning [/INST]").size();
+  EXPECT_EQ(ok.body["usage"]["prompt_tokens"], static_cast<int>(rest + 1));
+  const Completion plain =
+      Complete(*c, Greedy("[INST] In the beginning [/INST]", 4, "default"));
+  EXPECT_EQ(ok.content, plain.text);
 }
 
 // Logging: every finished request (max_tokens, EOS, stop string, streaming) becomes one record

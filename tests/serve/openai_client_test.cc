@@ -69,7 +69,7 @@ class ServeProcess {
   int port_ = 0;
 };
 
-TEST(OpenAiClient, CompletesAndStreams) {
+TEST(OpenAiClient, CompletesAndStreamsTextAndChat) {
   const std::string node_dir = SPECLOOP_NODE_DIR;
   std::string log;
   const int npm = serve_test::RunCommand(
@@ -99,6 +99,23 @@ TEST(OpenAiClient, CompletesAndStreams) {
   EXPECT_EQ(j["stream_finish_reason"], "length");
   EXPECT_EQ(j["bad_model_status"], 404);
   EXPECT_EQ(j["models"], json::array({"target-6m"}));
+  // The chat API: a message from the assistant, the same text streamed (role first) and through
+  // the client's stream helper, and a 400 the client raises as an APIError.
+  EXPECT_EQ(j["chat_object"], "chat.completion");
+  EXPECT_EQ(j["chat_role"], "assistant");
+  EXPECT_FALSE(j["chat_content"].get<std::string>().empty());
+  EXPECT_EQ(j["chat_finish_reason"], "length");
+  EXPECT_EQ(j["chat_usage"]["completion_tokens"], 24);
+  EXPECT_GT(j["chat_usage"]["prompt_tokens"].get<int>(), 10);
+  EXPECT_TRUE(j["chat_speculative"].contains("acceptance_rate"));
+  EXPECT_EQ(j["chat_stream_first_role"], "assistant");
+  EXPECT_EQ(j["chat_stream_content"], j["chat_content"]);
+  EXPECT_GT(j["chat_stream_chunks"].get<int>(), 2);
+  EXPECT_EQ(j["chat_stream_finish_reason"], "length");
+  EXPECT_EQ(j["chat_helper_content"], j["chat_content"]);
+  EXPECT_EQ(j["chat_bad_status"], 400);
+  EXPECT_NE(j["chat_bad_message"].get<std::string>().find("messages"), std::string::npos)
+      << j["chat_bad_message"];
 }
 
 }  // namespace
