@@ -250,9 +250,9 @@ bool Scheduler::SpeculationPays(const DecodeSlot& slot, int batch, int64_t conte
 // at this batch (a fixed k, or the domain's policy expecting more tokens per second at some
 // k > 0 than plainly), the draft is fed the same chunks in one batched draft forward, so that
 // its first block does not catch up on the whole prompt; elsewhere the draft is left behind
-// (its catch-up is the policy's to weigh: a 16-client batch decodes mostly plainly, and a
-// draft prefilled for nothing cost that serve_bench arm ~10% of its throughput). Returns the
-// chunks' target seconds by the table; the sequences whose chunks ride are in *chunked.
+// and its catch-up is the policy's to weigh (a 16-client batch on target-wide-46m decodes
+// mostly plainly). Returns the chunks' target seconds by the table; the sequences whose
+// chunks ride are in *chunked.
 double Scheduler::TakePrefillChunks(const std::vector<Sequence*>& prefilling, int decoding,
                                     int decode_rows, double context, PrefillChunks* chunks,
                                     std::vector<Sequence*>* chunked) {
