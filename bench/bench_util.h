@@ -23,6 +23,13 @@ inline double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The q-quantile (0..1) of v, the nearest rank; 0 when empty.
+inline double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+}
+
 inline void Emit(const std::string& name, const nlohmann::json& params, double value,
                  const std::string& unit) {
   std::cout << nlohmann::json{{"name", name}, {"params", params}, {"value", value}, {"unit", unit}}

@@ -297,39 +297,30 @@ double Now() {
 Result Send(httplib::Client* cli, const TraceRequest& r, const Options& o, double t0_s) {
   Result out;
   out.start_s = Now() - t0_s;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.set_header("Content-Type", "application/json");
-  req.body = json{{"prompt", r.prompt},           {"max_tokens", o.max_tokens},
-                  {"temperature", r.temperature}, {"seed", r.index},
-                  {"domain", r.domain},           {"stream", true}}
-                 .dump();
-  std::string pending;  // received bytes not yet split into events
-  json last;            // the last data event
+  const std::string body = json{{"prompt", r.prompt},           {"max_tokens", o.max_tokens},
+                                {"temperature", r.temperature}, {"seed", r.index},
+                                {"domain", r.domain},           {"stream", true}}
+                               .dump();
+  json last;  // the last data event
   bool malformed = false;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    pending.append(data, n);
-    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
-      const std::string event = pending.substr(0, end);
-      pending.erase(0, end + 2);
-      if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
-      json j = json::parse(event.substr(6), nullptr, false);
-      if (j.is_discarded()) {
-        malformed = true;
-        continue;
-      }
-      if (out.first_token_s == 0 && j.contains("choices") &&
-          !j["choices"][0]["text"].get<std::string>().empty()) {
-        out.first_token_s = Now() - t0_s;
-      }
-      last = std::move(j);
-    }
-    return true;
-  };
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
-  const bool sent = cli->send(req, res, error);
+  const bool sent = e2e::PostStreaming(
+      cli, "/v1/completions", body,
+      [&](const std::string& data) {
+        if (data == "[DONE]") return;
+        json j = json::parse(data, nullptr, false);
+        if (j.is_discarded()) {
+          malformed = true;
+          return;
+        }
+        if (out.first_token_s == 0 && j.contains("choices") &&
+            !j["choices"][0]["text"].get<std::string>().empty()) {
+          out.first_token_s = Now() - t0_s;
+        }
+        last = std::move(j);
+      },
+      &res, &error);
   out.end_s = Now() - t0_s;
   if (!sent) {
     out.error = "transport: " + httplib::to_string(error);

@@ -31,47 +31,34 @@
 #include "bench/bench_util.h"
 #include "common/model/threads.h"
 #include "serve/http_server.h"
+#include "tests/e2e/e2e_util.h"
 
 namespace specloop {
 namespace {
 
 using bench::Emit;
 using bench::Median;
+using bench::Percentile;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
-}
 
 // Streams one completion; calls on_text(time) at each text event. Returns the HTTP status.
 int Stream(int port, const json& body, const std::function<void(Clock::time_point)>& on_text) {
   httplib::Client cli("127.0.0.1", port);
   cli.set_read_timeout(300, 0);
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.set_header("Content-Type", "application/json");
-  req.body = body.dump();
-  std::string pending;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    pending.append(data, n);
-    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
-      const std::string event = pending.substr(0, end);
-      pending.erase(0, end + 2);
-      if (event.rfind("data: {", 0) != 0) continue;
-      const json j = json::parse(event.substr(6), nullptr, false);
-      if (!j.is_discarded() && !j["choices"][0]["text"].get<std::string>().empty()) {
-        on_text(Clock::now());
-      }
-    }
-    return true;
-  };
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
-  return cli.send(req, res, error) ? res.status : -1;
+  const bool sent = e2e::PostStreaming(
+      &cli, "/v1/completions", body.dump(),
+      [&](const std::string& data) {
+        const json j = json::parse(data, nullptr, false);
+        if (j.is_object() && j.contains("choices") &&
+            !j["choices"][0]["text"].get<std::string>().empty()) {
+          on_text(Clock::now());
+        }
+      },
+      &res, &error);
+  return sent ? res.status : -1;
 }
 
 struct Arm {

@@ -49,14 +49,10 @@ namespace {
 
 using bench::Emit;
 using bench::Median;
+using bench::Percentile;
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
-}
 
 struct Mode {
   std::string name;

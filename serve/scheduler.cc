@@ -257,8 +257,7 @@ double Scheduler::TakePrefillChunks(const std::vector<Sequence*>& prefilling, in
                                     int decode_rows, double context, PrefillChunks* chunks,
                                     std::vector<Sequence*>* chunked) {
   // How many tokens fit in the step, given the first chunk's prefix.
-  const int64_t prefix = static_cast<int64_t>(prefilling.front()->decoder->tokens().size()) - 1 -
-                         prefilling.front()->decoder->prefill_remaining();
+  const int64_t prefix = prefilling.front()->decoder->prefilled();
   int64_t budget = kMaxPrefillChunk;
   if (decode_rows > 0) {
     const double share =
@@ -291,9 +290,8 @@ double Scheduler::TakePrefillChunks(const std::vector<Sequence*>& prefilling, in
     if (seq->slot.draft_proposer != nullptr &&
         SpeculationPays(seq->slot, decoding + static_cast<int>(prefilling.size()),
                         static_cast<int64_t>(seq->decoder->tokens().size()))) {
-      const std::vector<int>& tokens = seq->decoder->tokens();
-      const size_t end = tokens.size() - 1 - (seq->decoder->prefill_remaining() - n);
-      ForwardInput in = seq->slot.draft_proposer->PrefillInput(tokens, end);
+      ForwardInput in = seq->slot.draft_proposer->PrefillInput(
+          seq->decoder->tokens(), static_cast<size_t>(seq->decoder->prefilled() + n));
       if (!in.tokens.empty()) {
         draft_inputs.push_back(std::move(in));
         drafted.push_back(seq);
@@ -314,9 +312,7 @@ double Scheduler::TakePrefillChunks(const std::vector<Sequence*>& prefilling, in
   int rows = decode_rows;
   for (const Planned& p : plan) {
     if (p.seq->done) continue;
-    const int64_t done = static_cast<int64_t>(p.seq->decoder->tokens().size()) - 1 -
-                         p.seq->decoder->prefill_remaining();
-    seconds += ChunkSeconds(rows, p.tokens, done);
+    seconds += ChunkSeconds(rows, p.tokens, p.seq->decoder->prefilled());
     rows += static_cast<int>(p.tokens);
     chunks->inputs.push_back(p.seq->decoder->PrefillInput(p.tokens));
     chunked->push_back(p.seq);

@@ -95,7 +95,8 @@ Status ServingMetrics::Register() {
             metrics::LinearBuckets(1, 1, static_cast<int>(kpos) + 1), &tokens_per_step_);
   histogram("specloop_forward_duration_seconds", "Model forward durations.", {"model"}, 2,
             metrics::ExponentialBuckets(1e-5, 2, 20), &forward_);
-  histogram("specloop_batch_size", "Sequences per target forward (decoding ones and prompt chunks).", {}, 1,
+  histogram("specloop_batch_size",
+            "Sequences per target forward (decoding ones and prompt chunks).", {}, 1,
             metrics::ExponentialBuckets(1, 2, 9), &batch_size_);
   gauge("specloop_acceptance_rate",
         "Per-token draft acceptance rate (independent of k) over a short and a long window.",

@@ -45,28 +45,18 @@ void DraftModelProposer::SettleTree(const std::vector<int>& context) {
   tree_past_ = -1;
 }
 
-size_t DraftModelProposer::Kept(const std::vector<int>& context) const {
+size_t DraftModelProposer::Common(const std::vector<int>& context, size_t end) const {
   size_t keep = 0;
-  while (keep < cached_.size() && keep < context.size() && cached_[keep] == context[keep]) ++keep;
+  while (keep < cached_.size() && keep < end && cached_[keep] == context[keep]) ++keep;
+  return keep;
+}
+
+size_t DraftModelProposer::Kept(const std::vector<int>& context) const {
+  const size_t keep = Common(context, context.size());
   return keep == context.size() && keep > 0 ? keep - 1 : keep;
 }
 
-ForwardInput DraftModelProposer::FeedInput(const std::vector<int>& context) {
-  SettleTree(context);
-  const size_t keep = Kept(context);
-  cache_.Truncate(keep);
-  cached_.resize(keep);
-  ForwardInput in;
-  in.cache = &cache_;
-  in.tokens.assign(context.begin() + keep, context.end());
-  cached_.insert(cached_.end(), context.begin() + keep, context.end());
-  return in;
-}
-
-ForwardInput DraftModelProposer::PrefillInput(const std::vector<int>& context, size_t end) {
-  SettleTree(context);
-  size_t keep = 0;
-  while (keep < cached_.size() && keep < end && cached_[keep] == context[keep]) ++keep;
+ForwardInput DraftModelProposer::Feed(const std::vector<int>& context, size_t keep, size_t end) {
   cache_.Truncate(keep);
   cached_.resize(keep);
   ForwardInput in;
@@ -74,6 +64,16 @@ ForwardInput DraftModelProposer::PrefillInput(const std::vector<int>& context, s
   in.tokens.assign(context.begin() + keep, context.begin() + end);
   cached_.insert(cached_.end(), context.begin() + keep, context.begin() + end);
   return in;
+}
+
+ForwardInput DraftModelProposer::FeedInput(const std::vector<int>& context) {
+  SettleTree(context);
+  return Feed(context, Kept(context), context.size());
+}
+
+ForwardInput DraftModelProposer::PrefillInput(const std::vector<int>& context, size_t end) {
+  SettleTree(context);
+  return Feed(context, Common(context, end), end);
 }
 
 void DraftModelProposer::Begin(DraftBlock* out) {

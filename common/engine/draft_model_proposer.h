@@ -71,9 +71,13 @@ class DraftModelProposer : public Proposer {
   int Draw(const float* row, int i, int max_k, DraftBlock* out);
   // Starts a block: clears `out` and the last block's timings.
   void Begin(DraftBlock* out);
+  // Length of the longest prefix of context[0, end) in the cache.
+  size_t Common(const std::vector<int>& context, size_t end) const;
   // Length of the longest prefix of `context` in the cache, short of its last token (which
   // must be fed to get the next row).
   size_t Kept(const std::vector<int>& context) const;
+  // Rolls the cache back to `keep` tokens and returns the forward feeding context[keep, end).
+  ForwardInput Feed(const std::vector<int>& context, size_t keep, size_t end);
 
   // Drafts a tree of depth <= max_k from `logits` (the row after the context) into `out`.
   void ProposeTree(int max_k, at::Tensor logits, DraftBlock* out, int* forwards);

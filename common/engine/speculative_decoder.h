@@ -66,8 +66,10 @@ class SpeculativeDecoder {
   // decode steps). Prompt tokens still to run through the target; a step taken before they are
   // feeds them with its block (TargetInput), their logits computed for nothing.
   int64_t prefill_remaining() const {
-    return static_cast<int64_t>(tokens_.size()) - 1 - static_cast<int64_t>(cached_.size());
+    return static_cast<int64_t>(tokens_.size()) - 1 - prefilled();
   }
+  // Tokens in the target's cache: while prefilling, the prompt tokens prefilled so far.
+  int64_t prefilled() const { return static_cast<int64_t>(cached_.size()); }
   // The forward of the next at most `max_tokens` (> 0) of them; the caller runs it (in a batch
   // with others, its logits unused), after which they count as prefilled. REQUIRES:
   // prefill_remaining() > 0.

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <condition_variable>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <regex>
 #include <sstream>
@@ -189,6 +190,29 @@ inline int HttpPost(int port, const std::string& path, const std::string& json,
   if (!res) return -1;
   if (body) *body = res->body;
   return res->status;
+}
+
+// POSTs `body` (a JSON request with "stream": true) to `path` and calls on_data with each
+// server-sent event's data as it arrives (what follows "data: ", "[DONE]" included). Returns
+// whether the exchange completed (httplib's send: *error says why not); *res has the status.
+inline bool PostStreaming(httplib::Client* cli, const std::string& path, const std::string& body,
+                          const std::function<void(const std::string&)>& on_data,
+                          httplib::Response* res, httplib::Error* error) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.set_header("Content-Type", "application/json");
+  req.body = body;
+  std::string pending;  // received bytes not yet split into events
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    pending.append(data, n);
+    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+      if (pending.compare(0, 6, "data: ") == 0) on_data(pending.substr(6, end - 6));
+      pending.erase(0, end + 2);
+    }
+    return true;
+  };
+  return cli->send(req, *res, *error);
 }
 
 // The sum of the samples of `family` in a Prometheus text exposition whose line contains
