@@ -1,10 +1,10 @@
 // Domain-shift benchmark (issues 8, 29): the service gets faster as its traffic moves to new
 // domains, in tokens per second against plain decoding.
 //
-// One trace, replayed by --concurrency closed-loop HTTP clients (default 1) against one `specloop up` per
-// arm (a fresh data dir each), all with the same --target, `--k auto` (the default policy)
-// and the same server compute threads (`--threads 1`: in the online arm the trainer has the
-// other core; `specloop up` gives it one by default):
+// One trace, replayed by --concurrency closed-loop HTTP clients (default 1) against one
+// `specloop up` per arm (a fresh data dir each), all with the same --target, `--k auto` (the
+// default policy) and the same server compute threads (`--threads 1`: in the online arm the
+// trainer has the other core; `specloop up` gives it one by default):
 //   static            draft-prose-1m, --no-train: the draft never changes
 //   online            draft-prose-1m, the trainer at its defaults distils it on the logged
 //                     traffic and hot-swaps it in
@@ -54,7 +54,7 @@
 //                         [--trainer-eval-every N] [--train-arg FLAG ...] [--binary PATH]
 //                         [--shared DIR]
 // Full mode (default): target-wide-46m, one client, 6 phases of 320 requests (the first and
-// last 160), all five arms and the first-publish check; ~40 minutes on 2 cores (quiet). A
+// last 160), all five arms and the first-publish check; ~50 minutes on 2 cores (quiet). A
 // request takes ~2x longer on target-wide-46m than on target-6m, so a 320-request phase gives
 // the trainer about the time a 640-request one did there. One client: speculation buys
 // latency, and a batch already shares each weight read among its sequences; at 4 clients on

@@ -84,7 +84,9 @@ TEST_F(ChunkedPrefill, OthersKeepStreamingThroughALongPromptsPrefill) {
   const std::vector<int> long_prompt = Ids(text.substr(3000), 800);
   ASSERT_EQ(long_prompt.size(), 800u);
   for (auto& ch : streams) {
-    while (ch->Next(std::chrono::milliseconds(0), &e)) ASSERT_EQ(e.type, RequestEvent::Type::kDelta);
+    while (ch->Next(std::chrono::milliseconds(0), &e)) {
+      ASSERT_EQ(e.type, RequestEvent::Type::kDelta);
+    }
   }
   auto long_ch = Submit(long_prompt, 24);
 
