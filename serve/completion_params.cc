@@ -75,12 +75,18 @@ bool GetBool(const json& j, const char* key, bool* v, ApiError* error) {
   return true;
 }
 
-// The fields /v1/completions and /v1/chat/completions share: model, n, sampling, seed,
-// max_tokens (and for chat max_completion_tokens), stop, stream, ignore_eos, domain.
-// *max_tokens gets the requested count, or -1 when the request gives none.
-bool ParseCommonFields(const json& j, const std::string& header_domain,
+// Parses `body` into *body_json (a JSON object) and reads the fields /v1/completions and
+// /v1/chat/completions share: model, n, sampling, seed, max_tokens (and for chat
+// max_completion_tokens), stop, stream, ignore_eos, domain. *max_tokens gets the requested
+// count, or -1 when the request gives none.
+bool ParseCommonFields(const std::string& body, const std::string& header_domain,
                        const CompletionLimits& limits, uint64_t default_seed, bool chat,
-                       CompletionParams* p, int64_t* max_tokens, ApiError* error) {
+                       json* body_json, CompletionParams* p, int64_t* max_tokens,
+                       ApiError* error) {
+  *body_json = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const json& j = *body_json;
+  if (j.is_discarded()) return Fail(error, 400, "request body is not valid JSON");
+  if (!j.is_object()) return Fail(error, 400, "request body must be a JSON object");
   // model
   p->model = limits.model_name;
   if (auto it = j.find("model"); it != j.end() && !it->is_null()) {
@@ -249,15 +255,15 @@ bool ParseMessages(const json& j, json* out, ApiError* error) {
     } else if (content->is_array()) {
       for (size_t k = 0; k < content->size(); ++k) {
         const json& part = (*content)[k];
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
+        if (!part.is_object() || !part.contains("type") || part.at("type") != "text" ||
+            !part.contains("text") || !part.at("text").is_string()) {
           return Fail(error, 400,
                       where + ".content[" + std::to_string(k) + "] must be a text part "
                       "({\"type\": \"text\", \"text\": ...}); other parts are not supported",
                       "messages");
         }
         if (k) text += "\n";
-        text += part["text"].get<std::string>();
+        text += part.at("text").get<std::string>();
       }
     } else {
       return Fail(error, 400, where + ".content must be a string or an array of text parts",
@@ -282,12 +288,10 @@ bool ParseMessages(const json& j, json* out, ApiError* error) {
 bool ParseCompletionRequest(const std::string& body, const std::string& header_domain,
                             const CompletionLimits& limits, uint64_t default_seed,
                             CompletionParams* out, ApiError* error) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Fail(error, 400, "request body is not valid JSON");
-  if (!j.is_object()) return Fail(error, 400, "request body must be a JSON object");
+  json j;
   CompletionParams p;
   int64_t max_tokens = -1;
-  if (!ParseCommonFields(j, header_domain, limits, default_seed, /*chat=*/false, &p,
+  if (!ParseCommonFields(body, header_domain, limits, default_seed, /*chat=*/false, &j, &p,
                          &max_tokens, error)) {
     return false;
   }
@@ -316,13 +320,11 @@ bool ParseCompletionRequest(const std::string& body, const std::string& header_d
 bool ParseChatCompletionRequest(const std::string& body, const std::string& header_domain,
                                 const CompletionLimits& limits, uint64_t default_seed,
                                 CompletionParams* out, ApiError* error) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Fail(error, 400, "request body is not valid JSON");
-  if (!j.is_object()) return Fail(error, 400, "request body must be a JSON object");
+  json j;
   CompletionParams p;
   int64_t max_tokens = -1;
-  if (!ParseCommonFields(j, header_domain, limits, default_seed, /*chat=*/true, &p, &max_tokens,
-                         error)) {
+  if (!ParseCommonFields(body, header_domain, limits, default_seed, /*chat=*/true, &j, &p,
+                         &max_tokens, error)) {
     return false;
   }
   json messages;
@@ -332,7 +334,7 @@ bool ParseChatCompletionRequest(const std::string& body, const std::string& head
     return Fail(error, 400, "tools are not supported", "tools");
   }
   if (auto it = j.find("response_format"); it != j.end() && !it->is_null() &&
-      !(it->is_object() && it->value("type", "") == "text")) {
+      !(it->is_object() && it->contains("type") && it->at("type") == "text")) {
     return Fail(error, 400, "response_format other than text is not supported", "response_format");
   }
   ChatRenderOptions render;
@@ -351,12 +353,8 @@ bool ParseChatCompletionRequest(const std::string& body, const std::string& head
   }
   // Rendering is bounded by the body limit: a template writes little beyond its messages.
   render.max_prompt_bytes = std::max<size_t>(body.size() * 4, 1 << 20);
-  const ChatTemplate* tmpl = limits.chat_template;
-  std::unique_ptr<ChatTemplate> fallback;
-  if (tmpl == nullptr) {
-    fallback = ChatTemplate::Default();
-    tmpl = fallback.get();
-  }
+  static const std::unique_ptr<ChatTemplate> kDefault = ChatTemplate::Default();
+  const ChatTemplate* tmpl = limits.chat_template ? limits.chat_template : kDefault.get();
   if (Status s = tmpl->Render(messages, render, &p.prompt_text); !s.ok()) {
     return Fail(error, 400, s.message(), "messages", "chat_template_error");
   }

@@ -94,9 +94,7 @@ HttpServer::HttpServer(const HttpServerOptions& options, Scheduler* scheduler,
   limits_.tokenizer = tokenizer;
   limits_.max_tokens_limit = options.max_tokens_limit;
   limits_.max_prompt_tokens = options.max_prompt_tokens;
-  chat_template_ = options.chat_template;
-  if (!chat_template_) chat_template_ = ChatTemplate::Default();
-  limits_.chat_template = chat_template_.get();
+  limits_.chat_template = options_.chat_template.get();  // null: the default template
   Routes();
 }
 
@@ -162,14 +160,10 @@ void HttpServer::Stop() {
 }
 
 void HttpServer::Routes() {
-  auto send_error = [this](httplib::Response& res, const ApiError& e) {
-    SendError(metrics_, res, e);
-  };
-
   // The API key is checked before routing, so an unauthenticated body is never parsed.
   if (!options_.api_key.empty()) {
-    server_->set_pre_routing_handler([this, send_error](const httplib::Request& req,
-                                                        httplib::Response& res) {
+    server_->set_pre_routing_handler([this](const httplib::Request& req,
+                                            httplib::Response& res) {
       if (IsOpenRoute(req) ||
           BearerTokenMatches(req.get_header_value("Authorization"), options_.api_key)) {
         return httplib::Server::HandlerResponse::Unhandled;
@@ -181,7 +175,7 @@ void HttpServer::Routes() {
                       ? "Incorrect API key provided."
                       : "You didn't provide an API key (Authorization: Bearer KEY).";
       res.set_header("WWW-Authenticate", "Bearer");
-      send_error(res, e);
+      SendError(metrics_, res, e);
       return httplib::Server::HandlerResponse::Handled;
     });
   }
@@ -273,12 +267,10 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, b
   ApiError error;
   const uint64_t n = next_id_.fetch_add(1);
   std::mt19937_64 seed_gen(id_salt_ ^ (n * 0x9e3779b97f4a7c15ULL));
-  const bool parsed =
-      chat ? ParseChatCompletionRequest(req.body, req.get_header_value("X-Domain"), limits_,
-                                        seed_gen(), &params, &error)
-           : ParseCompletionRequest(req.body, req.get_header_value("X-Domain"), limits_,
-                                    seed_gen(), &params, &error);
-  if (!parsed) return send_error(res, error);
+  const auto parse = chat ? ParseChatCompletionRequest : ParseCompletionRequest;
+  if (!parse(req.body, req.get_header_value("X-Domain"), limits_, seed_gen(), &params, &error)) {
+    return send_error(res, error);
+  }
   char id[48];
   std::snprintf(id, sizeof(id), "%s-%08llx%06llx", chat ? "chatcmpl" : "cmpl",
                 (unsigned long long)(id_salt_ >> 32), (unsigned long long)n);

@@ -112,7 +112,6 @@ class HttpServer {
   Scheduler* scheduler_;
   ServingMetrics* metrics_;
   CompletionLimits limits_;
-  std::shared_ptr<const ChatTemplate> chat_template_;  // never null once constructed
   const ReplayLogger* logger_;
   const SampleLogger* sample_logger_;
   std::unique_ptr<httplib::Server> server_;

@@ -86,7 +86,8 @@ Status ChatTemplate::FromModelDir(const std::string& dir, std::unique_ptr<ChatTe
           if (!named.is_object() || !named.contains("template") || !named["template"].is_string()) {
             return Status::Corruption(config_path + ": chat_template list entries need a template");
           }
-          const bool is_default = named.value("name", "") == "default";
+          const auto name = named.find("name");
+          const bool is_default = name != named.end() && *name == "default";
           if (!found || is_default) {
             source = named["template"].get<std::string>();
             found = true;

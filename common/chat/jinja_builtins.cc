@@ -10,10 +10,6 @@ namespace specloop {
 namespace jinja {
 namespace {
 
-[[noreturn]] void Fail(int line, const std::string& msg) {
-  throw Error("line " + std::to_string(line) + ": " + msg);
-}
-
 // The i-th positional argument, else the keyword `key`, else null.
 const Value* Arg(const std::vector<Value>& args, const Kwargs& kwargs, size_t i,
                  const char* key) {
@@ -64,13 +60,19 @@ std::string Title(const std::string& s) {
   return out;
 }
 
+// Whether the one code point `cp` (an element of CodePoints) is whitespace, as str.isspace().
+bool IsSpace(const std::string& cp) {
+  size_t i = 0;
+  return IsSpaceCodePoint(NextCodePoint(cp, &i));
+}
+
 // Python's str.split(sep, maxsplit).
 Array Split(const std::string& s, const Value* sep, int64_t maxsplit, int line) {
   Array out;
   if (sep == nullptr || sep->is_none()) {
     size_t i = 0;
     const std::vector<std::string> cps = CodePoints(s);
-    auto is_space = [&](size_t k) { return Strip(cps[k], nullptr, true, true).empty(); };
+    auto is_space = [&](size_t k) { return IsSpace(cps[k]); };
     while (i < cps.size()) {
       while (i < cps.size() && is_space(i)) ++i;
       if (i >= cps.size()) break;
@@ -203,18 +205,15 @@ std::string HtmlEscape(const std::string& s) {
 // Escapes every non-ASCII code point of JSON text as \uXXXX (surrogate pairs past U+FFFF).
 std::string EnsureAscii(const std::string& json) {
   std::string out;
-  for (const std::string& cp : CodePoints(json)) {
-    if (cp.size() == 1 && static_cast<unsigned char>(cp[0]) < 0x80) {
-      out += cp;
-      continue;
-    }
-    uint32_t c = 0;
-    const unsigned char b0 = cp[0];
-    if (cp.size() == 1) {
-      c = 0xfffd;
-    } else {
-      c = cp.size() == 2 ? (b0 & 0x1f) : cp.size() == 3 ? (b0 & 0x0f) : (b0 & 0x07);
-      for (size_t k = 1; k < cp.size(); ++k) c = (c << 6) | (cp[k] & 0x3f);
+  for (size_t i = 0; i < json.size();) {
+    const size_t start = i;
+    uint32_t c = NextCodePoint(json, &i);
+    if (i - start == 1) {
+      if (c < 0x80) {
+        out += static_cast<char>(c);
+        continue;
+      }
+      c = 0xfffd;  // an invalid byte
     }
     char buf[16];
     if (c >= 0x10000) {
@@ -613,7 +612,7 @@ bool CallMethod(const Value& v, const std::string& name, const std::vector<Value
       bool all = !s.empty();
       for (const std::string& cp : CodePoints(s)) {
         const char c = cp[0];
-        const bool ok = name == "isspace" ? Strip(cp, nullptr, true, true).empty()
+        const bool ok = name == "isspace" ? IsSpace(cp)
                         : name == "isdigit" ? (cp.size() == 1 && c >= '0' && c <= '9')
                                             : (cp.size() == 1 && ((c >= 'a' && c <= 'z') ||
                                                                   (c >= 'A' && c <= 'Z')));

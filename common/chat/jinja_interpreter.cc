@@ -14,10 +14,6 @@ namespace specloop {
 namespace jinja {
 namespace {
 
-[[noreturn]] void Fail(int line, const std::string& msg) {
-  throw Error("line " + std::to_string(line) + ": " + msg);
-}
-
 using Scope = std::unordered_map<std::string, Value>;
 
 class Interpreter {

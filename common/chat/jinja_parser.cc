@@ -25,11 +25,6 @@ struct Token {
   int line;
 };
 
-
-[[noreturn]] void Fail(int line, const std::string& msg) {
-  throw Error("line " + std::to_string(line) + ": " + msg);
-}
-
 bool IsNameStart(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }

@@ -8,13 +8,6 @@
 namespace specloop {
 namespace jinja {
 
-const Value* Kwargs::Find(const std::string& key) const {
-  for (const auto& [k, v] : items) {
-    if (k == key) return &v;
-  }
-  return nullptr;
-}
-
 const Value* Object::Find(const std::string& key) const {
   for (const auto& [k, v] : items) {
     if (k == key) return &v;
@@ -429,9 +422,6 @@ const char* Value::TypeName() const {
   return "?";
 }
 
-namespace {
-
-// Decodes one code point at s[*i] (advancing *i); an invalid byte is returned as itself.
 uint32_t NextCodePoint(const std::string& s, size_t* i) {
   const unsigned char c = s[*i];
   int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
@@ -451,8 +441,6 @@ uint32_t NextCodePoint(const std::string& s, size_t* i) {
   *i += len;
   return cp;
 }
-
-}  // namespace
 
 std::vector<std::string> CodePoints(const std::string& s) {
   std::vector<std::string> out;

@@ -28,13 +28,16 @@ struct Error : std::runtime_error {
   bool raised_by_template;  // raise_exception() in the template: a message for the user
 };
 
+// Throws Error("line N: msg").
+[[noreturn]] inline void Fail(int line, const std::string& msg) {
+  throw Error("line " + std::to_string(line) + ": " + msg);
+}
+
 class Value;
 using Array = std::vector<Value>;
 struct Object;
-struct Kwargs {
-  std::vector<std::pair<std::string, Value>> items;
-  const Value* Find(const std::string& key) const;
-};
+// A call's keyword arguments, in call order (Find: the first of a name).
+using Kwargs = Object;
 using Function = std::function<Value(const std::vector<Value>& args, const Kwargs& kwargs)>;
 
 class Value {
@@ -119,7 +122,10 @@ std::string ToJson(const Value& v, int indent, const std::string& item_sep,
 // Python's repr of a float: shortest round-trip digits, "1.0", "1e+20", "inf", "nan".
 std::string FloatRepr(double f);
 
-// UTF-8 helpers. Code points of `s` (invalid bytes pass as single units).
+// UTF-8 helpers. Decodes the code point at s[*i] and advances *i past it; an invalid byte
+// is returned as itself (its value, 0x80-0xff) and advances *i by one.
+uint32_t NextCodePoint(const std::string& s, size_t* i);
+// Code points of `s` (invalid bytes pass as single units).
 std::vector<std::string> CodePoints(const std::string& s);
 // True for the code points Python's str.isspace() accepts.
 bool IsSpaceCodePoint(uint32_t cp);

@@ -1,8 +1,7 @@
 // A chat template (common/chat/chat_template.h) from any bytes: the first line is a JSON
 // array of messages (or anything: then a fixed conversation), the rest the template's source.
 // Compiling and rendering either succeed or give an InvalidArgument whose message starts with
-// "chat template " and is valid UTF-8 in an error JSON; never a crash, a hang or unbounded
-// output (the render limits hold).
+// "chat template "; never a crash, a hang or unbounded output (the render limits hold).
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -36,8 +35,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!s.ok()) {
     FUZZ_CHECK(s.IsInvalidArgument());
     FUZZ_CHECK(s.message().rfind("chat template ", 0) == 0);
-    (void)nlohmann::json(s.message()).dump(-1, ' ', false,
-                                           nlohmann::json::error_handler_t::replace);
   }
   return 0;
 }

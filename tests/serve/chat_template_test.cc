@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <ctime>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -99,6 +100,11 @@ TEST(ChatTemplateTest, FromModelDirReadsEveryPlaceATemplateLives) {
   ASSERT_TRUE(t->Render(json::array(), {}, &out).ok());
   EXPECT_EQ(out, "<E>!");  // the file's one trailing newline is dropped, as Jinja2 does
   // Broken files are errors, not crashes.
+  std::ofstream(cfg) << json{{"chat_template", json::array({{{"name", 7}, {"template", "t"}}})}}
+                            .dump();
+  ASSERT_TRUE(ChatTemplate::FromModelDir(dir.path(), &t).ok());  // a non-string name: not "default"
+  ASSERT_TRUE(t->Render(json::array(), {}, &out).ok());
+  EXPECT_EQ(out, "t");
   std::ofstream(cfg) << "{not json";
   EXPECT_TRUE(ChatTemplate::FromModelDir(dir.path(), &t).IsCorruption());
   std::ofstream(cfg) << json{{"chat_template", "{% if %}"}}.dump();
@@ -204,14 +210,17 @@ TEST(ChatTemplateTest, MacrosSetBlocksAndGlobals) {
             "Hi a! Hi b?");
   EXPECT_EQ(R("{% set x %}inner {{ 1 + 1 }}{% endset %}[{{ x }}]"), "[inner 2]");
   EXPECT_EQ(R("{% set a, b = [1, 2] %}{{ b }}{{ a }}"), "21");
-  char today[64];
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&now, &tm);
-  std::strftime(today, sizeof(today), "%d %b %Y", &tm);
+  auto today = [] {
+    char buf[64];
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    return std::string(buf, std::strftime(buf, sizeof(buf), "%d %b %Y", &tm));
+  };
+  const std::string before = today();
   const std::string got = R("{{ strftime_now('%d %b %Y') }}");
   // (A render at midnight may see the next day.)
-  EXPECT_TRUE(got == today || got.size() == std::string(today).size()) << got << " vs " << today;
+  EXPECT_TRUE(got == before || got == today()) << got << " vs " << before;
   // Generation markers (transformers' assistant masks) render nothing.
   EXPECT_EQ(R("{% generation %}a{% endgeneration %}"), "a");
 }
@@ -254,6 +263,35 @@ TEST(ChatTemplateTest, TemplateErrorsAreClearStatusesNeverCrashes) {
   // messages must be an array.
   std::string out;
   EXPECT_TRUE(ChatTemplate::Default()->Render(json::object(), {}, &out).IsInvalidArgument());
+}
+
+// chat_template.h's contract: Render may run on many threads at once (the server renders on
+// its handler threads). Run under TSan this also checks for races.
+TEST(ChatTemplateTest, RendersConcurrentlyAsAlone) {
+  std::unique_ptr<ChatTemplate> t;
+  ASSERT_TRUE(ChatTemplate::Compile(
+                  "{{ bos_token }}{% set ns = namespace(n=0) %}{% for m in messages %}"
+                  "{% set ns.n = ns.n + m.content|length %}{% macro tag(r) %}<{{ r|upper }}>"
+                  "{% endmacro %}{{ tag(m.role) }}{{ m.content.split(' ')|reverse|join(' ') }}"
+                  "{% endfor %}{{ ns.n }}{{ [1, 2]|tojson }}",
+                  {{"bos_token", "<s>"}}, &t)
+                  .ok());
+  std::string alone;
+  ASSERT_TRUE(t->Render(Chat(), {}, &alone).ok());
+  std::vector<std::string> got(8);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < got.size(); ++i) {
+    threads.emplace_back([&, i] {
+      for (int k = 0; k < 200; ++k) {
+        std::string out;
+        const Status s = t->Render(Chat(), {}, &out);
+        got[i] = s.ok() ? out : s.ToString();
+        if (got[i] != alone) return;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const std::string& g : got) EXPECT_EQ(g, alone);
 }
 
 TEST(ChatTemplateTest, PromptIdsCarryExactlyOneBos) {

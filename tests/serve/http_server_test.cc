@@ -106,6 +106,28 @@ std::vector<std::string> Prompts(const std::string& domain, size_t n) {
   return out;
 }
 
+// The JSON chunks of a server-sent event stream: "data: {...}\n\n" ... "data: [DONE]\n\n";
+// *done_marker is set when [DONE] ends it.
+std::vector<json> SseChunks(const std::string& b, bool* done_marker) {
+  std::vector<json> chunks;
+  size_t pos = 0;
+  while (pos < b.size()) {
+    size_t end = b.find("\n\n", pos);
+    if (end == std::string::npos) break;
+    std::string event = b.substr(pos, end - pos);
+    pos = end + 2;
+    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+    const std::string data = event.substr(6);
+    if (data == "[DONE]") {
+      *done_marker = true;
+      EXPECT_EQ(pos, b.size()) << "events after [DONE]";
+      break;
+    }
+    chunks.push_back(json::parse(data));
+  }
+  return chunks;
+}
+
 struct Completion {
   int status = 0;
   std::string text, finish_reason;
@@ -126,22 +148,7 @@ Completion Complete(httplib::Client& c, json req) {
     }
     return out;
   }
-  // Server-sent events: "data: {...}\n\n" ... "data: [DONE]\n\n".
-  size_t pos = 0;
-  const std::string& b = res->body;
-  while (pos < b.size()) {
-    size_t end = b.find("\n\n", pos);
-    if (end == std::string::npos) break;
-    std::string event = b.substr(pos, end - pos);
-    pos = end + 2;
-    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
-    const std::string data = event.substr(6);
-    if (data == "[DONE]") {
-      out.done_marker = true;
-      EXPECT_EQ(pos, b.size()) << "events after [DONE]";
-      break;
-    }
-    json chunk = json::parse(data);
+  for (json& chunk : SseChunks(res->body, &out.done_marker)) {
     out.text += chunk["choices"][0]["text"].get<std::string>();
     if (!chunk["choices"][0]["finish_reason"].is_null()) {
       out.finish_reason = chunk["choices"][0]["finish_reason"];
@@ -380,19 +387,7 @@ ChatReply Chat(httplib::Client& c, const json& req) {
     }
     return out;
   }
-  const std::string& b = res->body;
-  for (size_t pos = 0; pos < b.size();) {
-    size_t end = b.find("\n\n", pos);
-    if (end == std::string::npos) break;
-    const std::string event = b.substr(pos, end - pos);
-    pos = end + 2;
-    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
-    if (event.substr(6) == "[DONE]") {
-      out.done_marker = true;
-      EXPECT_EQ(pos, b.size()) << "events after [DONE]";
-      break;
-    }
-    const json chunk = json::parse(event.substr(6));
+  for (const json& chunk : SseChunks(res->body, &out.done_marker)) {
     EXPECT_EQ(chunk["object"], "chat.completion.chunk");
     const json& delta = chunk["choices"][0]["delta"];
     if (out.chunks++ == 0) {
@@ -514,7 +509,13 @@ TEST_F(HttpServerTest, BadChatRequestsGet400AndAreCounted) {
       {{{"messages", {{{"role", "user"}}}}}, "content is required"},
       {{{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}},
        "text part"},
+      {{{"messages", {{{"role", "user"}, {"content", {{{"type", 5}, {"text", "hi"}}}}}}}},
+       "text part"},
+      {{{"messages", {{{"role", "assistant"}, {"content", "x"}, {"tool_calls", {{{"id", "1"}}}}}}}},
+       "tool calling is not supported"},
       {{{"messages", {user}}, {"tools", {{{"type", "function"}}}}}, "tools are not supported"},
+      {{{"messages", {user}}, {"response_format", {{"type", "json_object"}}}}, "response_format"},
+      {{{"messages", {user}}, {"response_format", {{"type", 1}}}}, "response_format"},
       {{{"messages", {user}}, {"max_completion_tokens", -1}}, "max_completion_tokens"},
       {{{"messages", {user}}, {"temperature", "hot"}}, "temperature"},
       {{{"messages", {user}}, {"logprobs", true}}, "logprobs"},

@@ -1,5 +1,6 @@
 // Drives `specloop serve` with the official `openai` npm client: one completion, one stream,
-// one bad request, and the same through the chat API (chat.completions.create). Prints one JSON object for openai_client_test.cc to check.
+// one bad request, and the same through the chat API (chat.completions.create). Prints one
+// JSON object for openai_client_test.cc to check.
 // Usage: node openai_client.mjs BASE_URL MODEL (NODE_PATH points at the installed client)
 import { createRequire } from 'module';
 const require = createRequire(process.env.SPECLOOP_NODE_DIR + '/');
