@@ -284,6 +284,18 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, b
       return send_error(res, ServerError(429, "too many requests waiting; retry later"));
     case Scheduler::SubmitResult::kStopped:
       return send_error(res, ServerError(503, "server shutting down"));
+    case Scheduler::SubmitResult::kTooLarge: {
+      const CompletionParams& p = channel->params();
+      ApiError e = ServerError(
+          400, "this request needs up to " +
+                   std::to_string(p.prompt.size() + p.generate.max_tokens) +
+                   " KV cache positions (prompt and max_tokens); the server's KV cache holds " +
+                   std::to_string(scheduler_->kv_cache_tokens()) +
+                   " (--kv-cache-mb): lower max_tokens or shorten the prompt");
+      e.param = "max_tokens";
+      e.code = "context_length_exceeded";
+      return send_error(res, e);
+    }
   }
   const int64_t created = UnixSeconds();
   json head = {{"id", id},

@@ -27,13 +27,34 @@ Scheduler::Scheduler(const LlamaModel* target, std::unique_ptr<LlamaModel> draft
       tokenizer_(tokenizer),
       metrics_(metrics),
       sample_logger_(sample_logger),
-      options_(options) {}
+      options_(options) {
+  step_rows_ = options_.k > 0 ? options_.k : options_.k < 0 ? options_.policy.k_max : 0;
+  const int64_t per_block =
+      target_->CacheBlockBytes() + (draft_ && options_.k != 0 ? draft_->CacheBlockBytes() : 0);
+  pool_blocks_ =
+      options_.kv_cache_mb > 0
+          ? static_cast<int64_t>(options_.kv_cache_mb * (1 << 20) / per_block)
+          // max_batch sequences at the context limit, with the headroom HasRoom asks for.
+          : options_.max_batch *
+                (KVBlockPool::BlocksFor(target_->config().max_position_embeddings) +
+                 KVBlockPool::BlocksFor(step_rows_) + 1);
+}
 
 Scheduler::~Scheduler() { Stop(); }
 
 Status Scheduler::Start() {
   if (options_.k != 0 && !draft_) return Status::InvalidArgument("speculation needs a draft");
   if (options_.max_batch < 1) return Status::InvalidArgument("max_batch must be >= 1");
+  if (pool_blocks_ < KVBlockPool::BlocksFor(step_rows_ + 2) + 1) {
+    return Status::InvalidArgument("a KV cache of " + std::to_string(options_.kv_cache_mb) +
+                                   " MiB holds " + std::to_string(kv_cache_tokens()) +
+                                   " positions: too few for any request");
+  }
+  target_pool_ = target_->NewBlockPool(pool_blocks_, options_.prefix_caching);
+  if (draft_ && options_.k != 0) {
+    draft_pool_ = draft_->NewBlockPool(pool_blocks_, options_.prefix_caching);
+  }
+  metrics_->SetKvCache(0, pool_blocks_, KVBlockPool::kBlockTokens);
   try {
     if (options_.calibrate && options_.k < 0) Calibrate();
   } catch (const std::exception& e) {
@@ -68,6 +89,11 @@ Scheduler::SubmitResult Scheduler::Submit(std::shared_ptr<RequestChannel> channe
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return SubmitResult::kStopped;
+    const CompletionParams& p = channel->params();
+    if (KVBlockPool::BlocksFor(StepPositions(p.prompt.size() + p.generate.max_tokens)) >
+        pool_blocks_) {
+      return SubmitResult::kTooLarge;
+    }
     if (waiting_.size() >= options_.max_waiting) return SubmitResult::kQueueFull;
     waiting_.push_back(std::move(channel));
   }
@@ -115,10 +141,14 @@ void Scheduler::Loop() {
                                  [](const std::unique_ptr<Sequence>& s) { return s->done; }),
                   active_.end());
     active_count_ = static_cast<int>(active_.size());
-    metrics_->SetQueue(active_count_, waiting());
+    metrics_->SetQueue(active_count_, waiting() + static_cast<int>(preempted_.size()));
+    metrics_->SetKvCache(target_pool_->used(), pool_blocks_, KVBlockPool::kBlockTokens);
+    metrics_->SetPrefixCache(target_pool_->query_tokens(), target_pool_->hit_tokens());
   }
   for (auto& seq : active_) Fail(seq.get(), 503, "server shutting down");
+  for (auto& seq : preempted_) Fail(seq.get(), 503, "server shutting down");
   active_.clear();
+  preempted_.clear();
   active_count_ = 0;
 }
 
@@ -127,12 +157,22 @@ void Scheduler::InstallDraft(DraftCandidate candidate) {
   Status s = candidate.model ? CheckDraftCompatible(target_->config(), candidate.model->config())
                              : Status::InvalidArgument("no model");
   if (s.ok() && options_.k != 0) {
-    for (auto& seq : active_) {
+    // The old draft's cached keys and values are not the new one's: a pool of the new shape,
+    // or the same pool emptied of cached prefixes once every cache has left it.
+    std::shared_ptr<KVBlockPool> pool = draft_pool_;
+    if (!(pool->shape() == candidate.model->CacheShape())) {
+      pool = candidate.model->NewBlockPool(pool_blocks_, options_.prefix_caching);
+    }
+    auto swap = [&](Sequence* seq) {
       DecodeSlot& slot = seq->slot;
-      if (slot.draft_proposer) slot.draft_proposer->SetDraft(candidate.model.get());
+      if (slot.draft_proposer) slot.draft_proposer->SetDraft(candidate.model.get(), pool);
       seq->draft_version = version;  // reported in the response (the record keeps its start)
       if (slot.policy) slot.policy = PolicyFor(seq->series->label, version);
-    }
+    };
+    for (auto& seq : active_) swap(seq.get());
+    for (auto& seq : preempted_) swap(seq.get());
+    draft_pool_->DropCached();
+    draft_pool_ = pool;
     // Acceptance is per draft version: the old version's estimates go.
     for (auto it = policies_.begin(); it != policies_.end();) {
       it = it->first.second == version ? std::next(it) : policies_.erase(it);
@@ -147,12 +187,43 @@ void Scheduler::InstallDraft(DraftCandidate candidate) {
   swap_hook_->OnInstalled(version, s);
 }
 
+int64_t Scheduler::StepPositions(int64_t tokens) const {
+  return std::min<int64_t>(tokens + step_rows_, target_->config().max_position_embeddings);
+}
+
+bool Scheduler::HasRoom(int64_t tokens) const {
+  const int64_t need = KVBlockPool::BlocksFor(StepPositions(tokens)) +
+                       static_cast<int64_t>(active_.size()) *
+                           (KVBlockPool::BlocksFor(step_rows_) + 1);
+  return target_pool_->available() >= need && (!draft_pool_ || draft_pool_->available() >= need);
+}
+
 void Scheduler::Admit() {
+  // Preempted sequences first, in the order they were preempted.
+  while (!preempted_.empty() && static_cast<int>(active_.size()) < options_.max_batch) {
+    Sequence* seq = preempted_.front().get();
+    if (seq->channel->cancelled()) {
+      Finish(seq, "cancelled");
+      preempted_.pop_front();
+      continue;
+    }
+    if (!HasRoom(static_cast<int64_t>(seq->decoder->tokens().size()))) return;
+    seq->preempted = false;
+    seq->decoder->AdoptCachedPrefix();
+    active_.push_back(std::move(preempted_.front()));
+    preempted_.pop_front();
+  }
+  if (!preempted_.empty()) return;
   while (static_cast<int>(active_.size()) < options_.max_batch) {
     std::shared_ptr<RequestChannel> ch;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (waiting_.empty()) return;
+      // In arrival order: a request waits for blocks rather than let later ones pass it.
+      if (!waiting_.front()->cancelled() &&
+          !HasRoom(static_cast<int64_t>(waiting_.front()->params().prompt.size()))) {
+        return;
+      }
       ch = std::move(waiting_.front());
       waiting_.pop_front();
     }
@@ -169,7 +240,8 @@ void Scheduler::Admit() {
       if (options_.k == 0) {
         seq->proposer = std::make_unique<NullProposer>();
       } else {
-        auto dp = std::make_unique<DraftModelProposer>(draft_.get(), p.generate.sampling);
+        auto dp = std::make_unique<DraftModelProposer>(draft_.get(), p.generate.sampling, 0.0f,
+                                                       draft_pool_);
         slot.draft_proposer = dp.get();
         seq->proposer = std::move(dp);
       }
@@ -191,7 +263,8 @@ void Scheduler::Admit() {
       seq->draft_version = draft_version_;
       // The prompt is prefilled in chunks by the steps to come (TakePrefillChunks).
       seq->decoder = std::make_unique<SpeculativeDecoder>(target_, seq->proposer.get(), p.prompt,
-                                                          p.generate, /*defer_prefill=*/true);
+                                                          p.generate, /*defer_prefill=*/true,
+                                                          target_pool_);
       slot.decoder = seq->decoder.get();
       slot.proposer = seq->proposer.get();
       seq->text = std::make_unique<TextStream>(tokenizer_, p.prompt.back(), p.stop);
@@ -284,10 +357,17 @@ double Scheduler::TakePrefillChunks(const std::vector<Sequence*>& prefilling, in
   int64_t total = 0;
   for (Sequence* seq : prefilling) {
     if (total >= budget) break;
-    const int64_t n = std::min(budget - total, seq->decoder->prefill_remaining());
+    int64_t n = std::min(budget - total, seq->decoder->prefill_remaining());
+    // The chunk's cache blocks, after the decoding sequences took theirs: as much of it as
+    // the pool has room for.
+    const int64_t past = seq->decoder->prefilled();
+    n = std::min(n, seq->decoder->cache_capacity() - past +
+                        target_pool_->available() * KVBlockPool::kBlockTokens);
+    if (n <= 0 || !seq->decoder->ReserveCache(past + n)) continue;
     plan.push_back({seq, n});
     total += n;
     if (seq->slot.draft_proposer != nullptr &&
+        seq->slot.draft_proposer->ReserveCache(past + n) &&
         SpeculationPays(seq->slot, decoding + static_cast<int>(prefilling.size()),
                         static_cast<int64_t>(seq->decoder->tokens().size()))) {
       ForwardInput in = seq->slot.draft_proposer->PrefillInput(
@@ -339,6 +419,14 @@ void Scheduler::Step() {
     stepping.push_back(seq);
     slots.push_back(&seq->slot);
   }
+  if (slots.empty() && prefilling.empty()) return;
+  ReserveForStep();
+  // Preempted sequences leave the step.
+  auto gone = [](Sequence* s) { return s->done || s->preempted; };
+  stepping.erase(std::remove_if(stepping.begin(), stepping.end(), gone), stepping.end());
+  prefilling.erase(std::remove_if(prefilling.begin(), prefilling.end(), gone), prefilling.end());
+  slots.clear();
+  for (Sequence* seq : stepping) slots.push_back(&seq->slot);
   if (slots.empty() && prefilling.empty()) return;
   double context = 0;  // the batch's mean, for the plain step it is compared with
   for (const Sequence* seq : stepping) context += seq->decoder->tokens().size();
@@ -426,6 +514,42 @@ void Scheduler::Step() {
   }
 }
 
+void Scheduler::ReserveForStep() {
+  for (size_t i = 0; i < active_.size(); ++i) {
+    Sequence* seq = active_[i].get();
+    if (seq->done || seq->preempted || seq->decoder->prefill_remaining() > 0) continue;
+    const int64_t positions = StepPositions(static_cast<int64_t>(seq->decoder->tokens().size()));
+    while (!(seq->decoder->ReserveCache(positions) &&
+             (seq->slot.draft_proposer == nullptr ||
+              seq->slot.draft_proposer->ReserveCache(positions)))) {
+      // The newest other sequence goes, else this one (admission left room for one alone).
+      Sequence* victim = seq;
+      for (size_t j = active_.size(); j-- > i + 1;) {
+        if (!active_[j]->done && !active_[j]->preempted) {
+          victim = active_[j].get();
+          break;
+        }
+      }
+      Preempt(victim);
+      if (victim == seq) break;
+    }
+  }
+  // Preempted sequences wait, oldest first, ahead of new requests.
+  for (auto& up : active_) {
+    if (up->preempted && !up->done) preempted_.push_back(std::move(up));
+  }
+  active_.erase(std::remove(active_.begin(), active_.end(), nullptr), active_.end());
+}
+
+void Scheduler::Preempt(Sequence* seq) {
+  seq->preempted = true;
+  seq->decoder->DropCache();
+  if (seq->slot.draft_proposer != nullptr) {
+    seq->slot.draft_proposer->DropCache(seq->decoder->tokens());
+  }
+  metrics_->ObservePreemption();
+}
+
 void Scheduler::Fail(Sequence* seq, int http_status, const std::string& message) {
   seq->done = true;
   RequestEvent e;
@@ -442,8 +566,13 @@ void Scheduler::Fail(Sequence* seq, int http_status, const std::string& message)
 void Scheduler::Finish(Sequence* seq, const std::string& reason) {
   seq->done = true;
   const CompletionParams& p = seq->channel->params();
-  // The request's prompt and output join its domain's suffix index for later requests.
+  // The request's prompt and output join its domain's suffix index for later requests, and
+  // their cache blocks the prefix cache.
   if (seq->suffix && seq->decoder) suffixes_[seq->series->label].index->Add(seq->decoder->tokens());
+  if (seq->decoder) {
+    seq->decoder->DropCache();
+    if (seq->slot.draft_proposer) seq->slot.draft_proposer->DropCache(seq->decoder->tokens());
+  }
   if (seq->text && reason != "cancelled") {
     std::string tail = seq->text->Finish();
     if (!tail.empty()) {

@@ -4,9 +4,13 @@
 //
 // Each iteration:
 //   1. installs a new draft from the DraftSwapHook, if one is ready;
-//   2. admits waiting requests up to max_batch and retires cancelled ones; a new sequence's
-//      prompt is prefilled in chunks that ride in the steps' target forwards (chunked
-//      prefill: TakePrefillChunks), and it decodes from the step after its last chunk;
+//   2. admits waiting requests up to max_batch while the KV cache has blocks for them (a
+//      preempted sequence first), and retires cancelled ones; a new sequence adopts its
+//      prompt's longest cached prefix (prefix caching), the rest is prefilled in chunks that
+//      ride in the steps' target forwards (chunked prefill: TakePrefillChunks), and it decodes
+//      from the step after its last chunk; before the forwards every decoding sequence holds
+//      the cache blocks its step may fill, the newest sequences preempted (their blocks freed,
+//      their tokens recomputed later) where the pool runs short;
 //   3. for every active sequence picks k (fixed, or the SpeculationPolicy of its domain and
 //      draft version, given the batch size and the measured StepCostTable); the draft model
 //      then drafts for all of them together, one batched draft forward per drafted position;
@@ -61,6 +65,17 @@ struct SchedulerOptions {
   // promises more tokens per second than the draft (common/engine/decode_step.h). 0: off.
   // Default: 131072 (~9 MB a domain).
   int64_t suffix_tokens = int64_t{1} << 17;
+  // Memory for the KV caches of the target and the draft together, in MiB: one pool of
+  // KVBlockPool::kBlockTokens-position blocks per model, as many blocks in each. A request is
+  // admitted while blocks are free for it, one that could never fit is refused, and
+  // decoding sequences that run out are preempted and recomputed later. 0: room for
+  // max_batch sequences at the target's context limit (no request waits for memory; the
+  // memory is reserved, and touched as blocks are first used). Default: 0.
+  double kv_cache_mb = 0;
+  // Prefix caching: full blocks of committed tokens stay cached (until their blocks are
+  // needed, least recently used first), and a new request starts from the longest cached
+  // prefix of its prompt, for the target and the draft. Default: true.
+  bool prefix_caching = true;
 };
 
 struct Sequence;
@@ -83,9 +98,12 @@ class Scheduler {
   // Fails every waiting and active request with 503, stops and joins the thread. Idempotent.
   void Stop();
 
-  enum class SubmitResult { kOk, kQueueFull, kStopped };
-  // Queues a request. The channel then receives its events (request.h).
+  enum class SubmitResult { kOk, kQueueFull, kStopped, kTooLarge };
+  // Queues a request. The channel then receives its events (request.h). kTooLarge: its prompt
+  // and max_tokens need more KV cache positions than the pool holds (kv_cache_tokens()).
   SubmitResult Submit(std::shared_ptr<RequestChannel> channel);
+  // Positions the KV cache pool holds (each pool: the target's and the draft's).
+  int64_t kv_cache_tokens() const { return pool_blocks_ * KVBlockPool::kBlockTokens; }
 
   uint64_t draft_version() const { return draft_version_.load(); }
   int active() const { return active_count_.load(); }
@@ -104,6 +122,18 @@ class Scheduler {
   double TakePrefillChunks(const std::vector<Sequence*>& prefilling, int decoding,
                            int decode_rows, double context, PrefillChunks* chunks,
                            std::vector<Sequence*>* chunked);
+  // KV cache blocks (see SchedulerOptions::kv_cache_mb). Positions a sequence of `tokens`
+  // may hold after its next step: its tokens and the largest block a step verifies.
+  int64_t StepPositions(int64_t tokens) const;
+  // Whether both pools have blocks for a sequence of `tokens` to start beside the active
+  // ones (each of which may take a block or two in its next step).
+  bool HasRoom(int64_t tokens) const;
+  // Takes the blocks the decoding sequences' steps may fill, oldest first, preempting the
+  // newest sequences where the pools run short.
+  void ReserveForStep();
+  // Frees a sequence's blocks (its committed full blocks stay cached) and queues it to be
+  // prefilled again from its tokens so far.
+  void Preempt(Sequence* seq);
   void Fail(Sequence* seq, int http_status, const std::string& message);
   void Finish(Sequence* seq, const std::string& reason);
   SpeculationPolicy* PolicyFor(const std::string& domain_label, uint64_t draft_version);
@@ -116,8 +146,16 @@ class Scheduler {
   const SchedulerOptions options_;
   DraftSwapHook* swap_hook_ = nullptr;
 
-  // Scheduler-thread state.
+  // The KV cache pools (the draft's null when k == 0), of pool_blocks_ blocks each, and the
+  // most positions a step adds to a sequence's cache beyond its tokens (the largest k).
+  int64_t pool_blocks_ = 0;
+  int step_rows_ = 0;
+  std::shared_ptr<KVBlockPool> target_pool_, draft_pool_;
+
+  // Scheduler-thread state: the active sequences in admission order, and the preempted ones
+  // waiting for blocks (re-admitted before new requests).
   std::vector<std::unique_ptr<Sequence>> active_;
+  std::deque<std::unique_ptr<Sequence>> preempted_;
   // By domain label and draft version (only the current version's are kept).
   std::map<std::pair<std::string, uint64_t>, std::unique_ptr<SpeculationPolicy>> policies_;
   // By domain label: earlier requests' tokens, and the acceptance of suffix blocks apart for

@@ -41,6 +41,7 @@ struct Sequence {
   bool got_first_token = false;
   double ttft_seconds = -1;
   bool done = false;                               // retired at the end of the iteration
+  bool preempted = false;                          // its cache blocks freed; waits to resume
 
   // The decoder's place in the step (DecodeStep: its proposers, the domain's policy for
   // adaptive k, the logger's call), set at admission, and the last step's outcome.

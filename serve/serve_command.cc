@@ -43,6 +43,8 @@ struct ServeArgs {
   uint32_t worker_id = 0;
   bool no_log = false;
   bool no_suffix = false;
+  double kv_cache_mb = 0;
+  bool no_prefix_caching = false;
 };
 
 // SIGINT/SIGTERM write a byte here; a watcher thread reads it and stops the server (library
@@ -179,6 +181,8 @@ int RunServe(const ServeArgs& a) {
   so.k = k;
   so.policy.k_max = a.k_max;
   if (a.no_suffix) so.suffix_tokens = 0;
+  so.kv_cache_mb = a.kv_cache_mb;
+  so.prefix_caching = !a.no_prefix_caching;
   Scheduler scheduler(target.get(), std::move(draft), tokenizer.get(), metrics.get(),
                       sample_logger.get(), so);
   if (swapper) scheduler.set_swap_hook(swapper.get());
@@ -310,6 +314,13 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-suffix", a->no_suffix,
                 "no suffix proposals (continuations of earlier requests of the domain; with "
                 "--k auto they replace the draft's block where they promise more tokens/s)");
+  cmd->add_option("--kv-cache-mb", a->kv_cache_mb,
+                  "KV cache memory of the target and the draft, MiB (0: max-batch sequences at "
+                  "the context limit); requests wait for blocks, and longer ones get a 400")
+      ->check(CLI::Range(0.0, 1e7))
+      ->capture_default_str();
+  cmd->add_flag("--no-prefix-caching", a->no_prefix_caching,
+                "do not reuse the cached KV blocks of earlier requests' common prefixes");
   cmd->add_option("--log-top-k", a->log_top_k, "target log-probs kept per position")
       ->capture_default_str();
   cmd->add_option("--max-domains", a->max_domains, "domain labels kept in metrics")

@@ -87,6 +87,14 @@ Status ServingMetrics::Register() {
           &records_dropped_);
   counter("specloop_scheduler_errors_total", "Sequences failed by an engine error.", {}, 1,
           &scheduler_errors_);
+  counter("specloop_preemptions_total",
+          "Sequences preempted for KV cache blocks (recomputed when resumed).", {}, 1,
+          &preemptions_);
+  counter("specloop_prefix_cache_queries_total",
+          "Prompt tokens looked up in the target's prefix cache.", {}, 1, &prefix_queries_);
+  counter("specloop_prefix_cache_hits_total",
+          "Prompt tokens found in the target's prefix cache (not computed).", {}, 1,
+          &prefix_hits_);
   histogram("specloop_request_duration_seconds", "Request duration, arrival to last token.",
             {"domain"}, d, secs, &duration_);
   histogram("specloop_time_to_first_token_seconds", "Arrival to first generated token.",
@@ -120,6 +128,11 @@ Status ServingMetrics::Register() {
         {"kind"}, 3, &buffer_memory_);
   gauge("specloop_active_sequences", "Sequences in the running batch.", {}, 1, &active_);
   gauge("specloop_waiting_requests", "Requests queued for the batch.", {}, 1, &waiting_);
+  gauge("specloop_kv_cache_usage_ratio",
+        "Share of the target's KV cache blocks held by sequences (cached free ones excluded).",
+        {}, 1, &kv_usage_);
+  gauge("specloop_kv_cache_capacity_tokens", "Positions the target's KV cache pool holds.", {},
+        1, &kv_capacity_);
   if (s.ok()) s = AddProcessMetrics(&registry_);
   return s;
 }
@@ -241,6 +254,18 @@ void ServingMetrics::ObserveDraftForward(double seconds) {
 }
 
 void ServingMetrics::ObserveSchedulerError() { scheduler_errors_->Add({}).Increment(); }
+
+void ServingMetrics::ObservePreemption() { preemptions_->Add({}).Increment(); }
+
+void ServingMetrics::SetKvCache(int64_t used_blocks, int64_t blocks, int64_t block_tokens) {
+  kv_usage_->Add({}).Set(blocks > 0 ? static_cast<double>(used_blocks) / blocks : 0.0);
+  kv_capacity_->Add({}).Set(static_cast<double>(blocks * block_tokens));
+}
+
+void ServingMetrics::SetPrefixCache(int64_t query_tokens, int64_t hit_tokens) {
+  SyncCounter(prefix_queries_->Add({}), static_cast<double>(query_tokens));
+  SyncCounter(prefix_hits_->Add({}), static_cast<double>(hit_tokens));
+}
 
 void ServingMetrics::SetQueue(int active, int waiting) {
   active_->Add({}).Set(active);

@@ -87,6 +87,11 @@ class ServingMetrics {
   void ObserveDraftForward(double seconds);
   void ObserveSchedulerError();
   void SetQueue(int active, int waiting);
+  // The paged KV cache: blocks held by sequences out of the pool's, each of `block_tokens`
+  // positions; the prefix cache's running totals (tokens looked up, found); preemptions.
+  void SetKvCache(int64_t used_blocks, int64_t blocks, int64_t block_tokens);
+  void SetPrefixCache(int64_t query_tokens, int64_t hit_tokens);
+  void ObservePreemption();
 
   // Hot-swap (DESIGN.md section 7): the version serving now, swaps, failures, rollbacks.
   void SetDraftVersion(uint64_t version);
@@ -122,12 +127,12 @@ class ServingMetrics {
       *steps_, *drafts_, *suffix_steps_, *suffix_drafted_, *suffix_accepted_, *drafted_,
       *accepted_, *accepted_at_, *drift_events_, *swaps_, *swap_failures_, *rollbacks_,
       *records_written_, *records_dropped_, *scheduler_errors_, *decode_seconds_,
-      *plain_seconds_;
+      *plain_seconds_, *preemptions_, *prefix_queries_, *prefix_hits_;
   metrics::Family<metrics::Histogram>*duration_, *ttft_, *tokens_per_step_, *forward_,
       *batch_size_;
   metrics::Family<metrics::Gauge>*alpha_, *optimal_alpha_, *acceptance_length_, *drift_gauge_,
       *spec_length_, *draft_version_,
-      *active_, *waiting_, *buffer_bytes_, *buffer_memory_;
+      *active_, *waiting_, *buffer_bytes_, *buffer_memory_, *kv_usage_, *kv_capacity_;
 
   std::mutex mu_;
   std::vector<std::string> known_domains_;                         // GUARDED_BY(mu_)

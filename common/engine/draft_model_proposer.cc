@@ -10,18 +10,37 @@
 namespace specloop {
 
 DraftModelProposer::DraftModelProposer(const LlamaModel* draft, const SamplingParams& sampling,
-                                       float min_confidence)
+                                       float min_confidence,
+                                       std::shared_ptr<KVBlockPool> pool)
     : draft_(draft),
       sampling_(sampling),
       min_confidence_(min_confidence),
       rng_(sampling.seed ^ 0x5eed0fd4af7ULL),
-      cache_(draft->NewCache()) {}
+      cache_(pool ? draft->NewCache(std::move(pool)) : draft->NewCache()) {}
 
-void DraftModelProposer::SetDraft(const LlamaModel* draft) {
+void DraftModelProposer::SetDraft(const LlamaModel* draft, std::shared_ptr<KVBlockPool> pool) {
   draft_ = draft;
-  cache_ = draft->NewCache();
+  cache_ = pool ? draft->NewCache(std::move(pool)) : draft->NewCache();
   cached_.clear();
   tree_past_ = -1;
+}
+
+bool DraftModelProposer::ReserveCache(int64_t positions) {
+  return cache_.Reserve(
+      std::min<int64_t>(positions, draft_->config().max_position_embeddings));
+}
+
+void DraftModelProposer::DropCache(const std::vector<int>& context) {
+  cache_.Publish(context, Common(context, context.size()));
+  cache_.Clear();
+  cached_.clear();
+  tree_past_ = -1;
+}
+
+void DraftModelProposer::Adopt(const std::vector<int>& context, size_t limit) {
+  if (!cached_.empty() || tree_past_ >= 0) return;
+  const int64_t n = cache_.AdoptPrefix(context, static_cast<int64_t>(limit));
+  cached_.assign(context.begin(), context.begin() + n);
 }
 
 void DraftModelProposer::SettleTree(const std::vector<int>& context) {
@@ -57,6 +76,8 @@ size_t DraftModelProposer::Kept(const std::vector<int>& context) const {
 }
 
 ForwardInput DraftModelProposer::Feed(const std::vector<int>& context, size_t keep, size_t end) {
+  // What the cache holds of the context is committed: its full blocks serve later requests.
+  cache_.Publish(context, static_cast<int64_t>(keep));
   cache_.Truncate(keep);
   cached_.resize(keep);
   ForwardInput in;
@@ -68,11 +89,13 @@ ForwardInput DraftModelProposer::Feed(const std::vector<int>& context, size_t ke
 
 ForwardInput DraftModelProposer::FeedInput(const std::vector<int>& context) {
   SettleTree(context);
+  Adopt(context, context.size() - 1);  // the last token is fed for the next row
   return Feed(context, Kept(context), context.size());
 }
 
 ForwardInput DraftModelProposer::PrefillInput(const std::vector<int>& context, size_t end) {
   SettleTree(context);
+  Adopt(context, end);
   return Feed(context, Common(context, end), end);
 }
 

@@ -14,6 +14,7 @@
 // forward per level with tree attention. A block of depth k is asked for with max_k = k.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "common/base/sampling.h"
@@ -25,9 +26,11 @@ namespace specloop {
 class DraftModelProposer : public Proposer {
  public:
   // REQUIRES: `draft` outlives this proposer and shares the target's vocabulary.
-  // `seed` seeds the draft's own random draws (independent of the target's).
+  // `sampling.seed` seeds the draft's own random draws (independent of the target's). The
+  // draft's cache lies in `pool` (a server's, shared by its sequences; prefix caching when the
+  // pool does it), or in a pool of its own when null.
   DraftModelProposer(const LlamaModel* draft, const SamplingParams& sampling,
-                     float min_confidence = 0.0f);
+                     float min_confidence = 0.0f, std::shared_ptr<KVBlockPool> pool = nullptr);
 
   void Propose(const std::vector<int>& context, int max_k, DraftBlock* out) override;
   double last_propose_seconds() const override { return last_seconds_; }
@@ -40,8 +43,18 @@ class DraftModelProposer : public Proposer {
   // REQUIRES: end <= context.size().
   ForwardInput PrefillInput(const std::vector<int>& context, size_t end);
 
-  // Points the proposer at another draft model (hot-swap): the cache is rebuilt on next use.
-  void SetDraft(const LlamaModel* draft);
+  // Points the proposer at another draft model (hot-swap), its cache in `pool` (as the
+  // constructor's): the cache is rebuilt on next use.
+  void SetDraft(const LlamaModel* draft, std::shared_ptr<KVBlockPool> pool = nullptr);
+
+  // Takes cache blocks for `positions` in all (capped at the context limit): false, nothing
+  // taken, when a bounded pool has too few. A server reserves before each step, so that no
+  // draft forward runs out of blocks.
+  bool ReserveCache(int64_t positions);
+  // Preemption: publishes the committed full blocks of `context`, then returns every block to
+  // the pool; the next Propose() or PrefillInput() adopts what the pool still caches and
+  // computes the rest.
+  void DropCache(const std::vector<int>& context);
 
   // One Propose() for each of several sequences, their draft forwards batched: the first feeds
   // every sequence's pending tokens in one forward, then each drafted position of all the
@@ -71,6 +84,8 @@ class DraftModelProposer : public Proposer {
   int Draw(const float* row, int i, int max_k, DraftBlock* out);
   // Starts a block: clears `out` and the last block's timings.
   void Begin(DraftBlock* out);
+  // An empty cache starts from the pool's cached blocks of context[0, limit).
+  void Adopt(const std::vector<int>& context, size_t limit);
   // Length of the longest prefix of context[0, end) in the cache.
   size_t Common(const std::vector<int>& context, size_t end) const;
   // Length of the longest prefix of `context` in the cache, short of its last token (which

@@ -31,12 +31,13 @@ void SpeculativeStats::Add(const SpeculativeStats& o) {
 
 SpeculativeDecoder::SpeculativeDecoder(const LlamaModel* target, Proposer* proposer,
                                        std::vector<int> prompt, const GenerateOptions& options,
-                                       bool defer_prefill)
+                                       bool defer_prefill, std::shared_ptr<KVBlockPool> pool)
     : target_(target),
       proposer_(proposer),
       options_(options),
       rng_(options.sampling.seed),
-      cache_(target->NewCache(prompt.size() + options.max_tokens + 16)),
+      cache_(pool ? target->NewCache(std::move(pool))
+                  : target->NewCache(prompt.size() + options.max_tokens + 16)),
       tokens_(std::move(prompt)),
       prompt_len_(tokens_.size()),
       verifier_(&spec::VerifyChain),
@@ -44,12 +45,31 @@ SpeculativeDecoder::SpeculativeDecoder(const LlamaModel* target, Proposer* propo
   c10::InferenceMode guard;
   TORCH_CHECK(!tokens_.empty(), "empty prompt");
   finished_ = options_.max_tokens <= 0;
+  AdoptCachedPrefix();
   // Prefill all but the last prompt token: the last one is fed with the first draft block.
   if (!defer_prefill && prefill_remaining() > 0) target_->Forward({PrefillInput(tokens_.size())});
 }
 
+void SpeculativeDecoder::AdoptCachedPrefix() {
+  TORCH_CHECK(cached_.empty(), "AdoptCachedPrefix on a filled cache");
+  const int64_t n = cache_.AdoptPrefix(tokens_, static_cast<int64_t>(tokens_.size()) - 1);
+  cached_.assign(tokens_.begin(), tokens_.begin() + n);
+}
+
+bool SpeculativeDecoder::ReserveCache(int64_t positions) {
+  return cache_.Reserve(
+      std::min<int64_t>(positions, target_->config().max_position_embeddings));
+}
+
+void SpeculativeDecoder::DropCache() {
+  cache_.Publish(cached_, static_cast<int64_t>(cached_.size()));
+  cache_.Clear();
+  cached_.clear();
+}
+
 ForwardInput SpeculativeDecoder::PrefillInput(int64_t max_tokens) {
   TORCH_CHECK(max_tokens > 0 && prefill_remaining() > 0, "nothing to prefill");
+  cache_.Publish(cached_, static_cast<int64_t>(cached_.size()));  // the chunks run so far
   const size_t begin = cached_.size();
   const size_t end = begin + static_cast<size_t>(std::min(max_tokens, prefill_remaining()));
   ForwardInput in;
@@ -88,6 +108,8 @@ void SpeculativeDecoder::EndPropose() {
 }
 
 ForwardInput SpeculativeDecoder::TargetInput() {
+  // Between steps the cache holds committed tokens only: its full blocks serve later requests.
+  cache_.Publish(cached_, static_cast<int64_t>(cached_.size()));
   ForwardInput in{&cache_, std::vector<int64_t>(tokens_.begin() + cached_.size(), tokens_.end()),
                   true};
   const int c = in.tokens.size();  // catch-up tokens: the pending one, after a prompt more

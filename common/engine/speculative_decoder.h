@@ -59,8 +59,27 @@ class SpeculativeDecoder {
   // Runs the prompt but its last token through the target (REQUIRES: non-empty, shorter than
   // the context limit), unless `defer_prefill`: then the caller feeds it in chunks
   // (PrefillInput) before the first step. `target` and `proposer` must outlive the decoder.
+  // The target's cache lies in `pool` (a server's, shared by its sequences), or in a pool of
+  // its own when null; where the pool caches prefixes, the prompt's longest cached prefix is
+  // adopted instead of computed (prefilled() starts there), and the committed full blocks are
+  // registered for later requests as decoding goes.
   SpeculativeDecoder(const LlamaModel* target, Proposer* proposer, std::vector<int> prompt,
-                     const GenerateOptions& options, bool defer_prefill = false);
+                     const GenerateOptions& options, bool defer_prefill = false,
+                     std::shared_ptr<KVBlockPool> pool = nullptr);
+
+  // A bounded pool (the server's): takes the cache blocks for `positions` in all (capped at
+  // the context limit), false and nothing taken when the pool has too few. The server
+  // reserves a step's worst case before it, so that no forward runs out of blocks.
+  bool ReserveCache(int64_t positions);
+  // Positions the cache's blocks hold.
+  int64_t cache_capacity() const { return cache_.capacity(); }
+  // Preemption by recomputation: registers the committed full blocks, then returns every
+  // block to the pool; the tokens so far become a prompt to prefill again (prefill_remaining()
+  // counts them) once AdoptCachedPrefix() has taken what the pool still caches. Sampling
+  // state is kept: the output's distribution is unchanged, and greedy output is the same.
+  void DropCache();
+  // REQUIRES: an empty cache (after construction, or DropCache()).
+  void AdoptCachedPrefix();
 
   // Chunked prefill (the server's scheduler interleaves prompt chunks with other sequences'
   // decode steps). Prompt tokens still to run through the target; a step taken before they are

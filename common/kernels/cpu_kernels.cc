@@ -112,10 +112,17 @@ void SiluMul(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 SPECLOOP_CLONES
-void WeightedRowSum(const float* weights, const float* rows, int64_t n, int64_t dim, float* out) {
+void WeightedRowSum(const float* weights, const float* rows, int64_t n, int64_t dim, float* out,
+                    bool accumulate) {
   int64_t d = 0;
   for (; d + 32 <= dim; d += 32) {  // 32 columns at a time: four 8-wide accumulators
     v8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    if (accumulate) {
+      std::memcpy(&a0, out + d, 32);
+      std::memcpy(&a1, out + d + 8, 32);
+      std::memcpy(&a2, out + d + 16, 32);
+      std::memcpy(&a3, out + d + 24, 32);
+    }
     for (int64_t t = 0; t < n; ++t) {
       const float* r = rows + t * dim + d;
       const float w = weights[t];
@@ -131,7 +138,7 @@ void WeightedRowSum(const float* weights, const float* rows, int64_t n, int64_t 
     std::memcpy(out + d + 24, &a3, 32);
   }
   for (; d < dim; ++d) {
-    float acc = 0.0f;
+    float acc = accumulate ? out[d] : 0.0f;
     for (int64_t t = 0; t < n; ++t) acc += weights[t] * rows[t * dim + d];
     out[d] = acc;
   }

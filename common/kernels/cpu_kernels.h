@@ -7,9 +7,12 @@
 
 namespace specloop {
 
-// out[d] = sum_t weights[t] * rows[t * dim + d] for d < dim: attention's value sum, with the
-// accumulators kept in registers across all n rows.
-void WeightedRowSum(const float* weights, const float* rows, int64_t n, int64_t dim, float* out);
+// out[d] (+)= sum_t weights[t] * rows[t * dim + d] for d < dim: attention's value sum, with
+// the accumulators kept in registers across all n rows. Each out[d] is one sum in t order,
+// started from out[d] when `accumulate`: summing rows [0, a) and then [a, n) with accumulate
+// gives the bits of one call over [0, n) (the paged KV cache sums block by block).
+void WeightedRowSum(const float* weights, const float* rows, int64_t n, int64_t dim, float* out,
+                    bool accumulate = false);
 
 // sum_i exp(x[i] - shift) for n values with x[i] <= shift (shift = their max: a log-sum-exp),
 // accumulated in eight float lanes and added in double. Relative error per term below 1e-7

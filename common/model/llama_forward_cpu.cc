@@ -67,6 +67,7 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
   const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim;
   const int64_t G = H / KVH, F = c.intermediate_size, Dm = c.hidden_size, half = D / 2;
   const int64_t row = (H + 2 * KVH) * D;  // width of a qkv row: q heads, k heads, v heads
+  constexpr int64_t B = KVBlockPool::kBlockTokens;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   FlatBatch f = Flatten(batch);
   const int64_t N = f.ids.size();
@@ -110,22 +111,23 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
       }
     }
 
-    // The new keys and values into each sequence's cache, then causal attention per
+    // The new keys and values into each sequence's cache blocks, then causal attention per
     // (sequence, key/value head), split over the intra-op threads: the query at position pos
     // sees cache positions [0, pos]. The G query heads of a key/value head and the
-    // sequence's n new positions form one [G * n, D] block, scored against the cached keys in
-    // one product.
+    // sequence's n new positions form one [G * n, D] block, scored against the cached keys
+    // block by block (a product per block of the cache, where the keys lie), and the values
+    // summed block by block in position order (the same bits as one contiguous sum).
     for (size_t s = 0; s < batch.size(); ++s) {
-      KVCache& cache = *batch[s].cache;
-      const int64_t cap = cache.keys_.size(2);
-      float* kc = cache.keys_.data_ptr<float>() + l * KVH * cap * D;    // [KVH, cap, D]
-      float* vc = cache.values_.data_ptr<float>() + l * KVH * cap * D;  // [KVH, cap, D]
+      const KVCache& cache = *batch[s].cache;
       for (int64_t i = 0; i < f.lengths[s]; ++i) {
         const float* qr = qkvp + (f.starts[s] + i) * row;
         const int64_t pos = f.past[s] + i;
+        const int32_t block = cache.blocks()[pos / B];
         for (int64_t kv = 0; kv < KVH; ++kv) {
-          std::memcpy(kc + (kv * cap + pos) * D, qr + (H + kv) * D, D * sizeof(float));
-          std::memcpy(vc + (kv * cap + pos) * D, qr + (H + KVH + kv) * D, D * sizeof(float));
+          std::memcpy(cache.pool()->Rows(block, l, 0, kv) + (pos % B) * D, qr + (H + kv) * D,
+                      D * sizeof(float));
+          std::memcpy(cache.pool()->Rows(block, l, 1, kv) + (pos % B) * D,
+                      qr + (H + KVH + kv) * D, D * sizeof(float));
         }
       }
     }
@@ -138,9 +140,7 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
         const size_t s = item / KVH;
         const int64_t kv = item % KVH;
         const KVCache& cache = *batch[s].cache;
-        const int64_t cap = cache.keys_.size(2);
-        const float* kc = cache.keys_.data_ptr<float>() + (l * KVH + kv) * cap * D;
-        const float* vc = cache.values_.data_ptr<float>() + (l * KVH + kv) * cap * D;
+        const KVBlockPool& pool = *cache.pool();
         const int64_t n = f.lengths[s], T = f.past[s] + n;
         for (int64_t g = 0; g < G; ++g) {
           for (int64_t i = 0; i < n; ++i) {
@@ -148,8 +148,10 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
                         qkvp + (f.starts[s] + i) * row + (kv * G + g) * D, D * sizeof(float));
           }
         }
-        LinearRows(qblock.data(), G * n, D, kc, WeightType::kFloat32, scores.data(), T, 0, T,
-                   false);
+        for (int64_t t0 = 0; t0 < T; t0 += B) {  // scores against each block's keys
+          LinearRows(qblock.data(), G * n, D, pool.Rows(cache.blocks()[t0 / B], l, 0, kv),
+                     WeightType::kFloat32, scores.data() + t0, T, 0, std::min(B, T - t0), false);
+        }
         for (int64_t g = 0; g < G; ++g) {
           for (int64_t i = 0; i < n; ++i) {
             float* sr = scores.data() + (g * n + i) * T;
@@ -164,7 +166,11 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
             for (int64_t t = 0; t < Ti; ++t) mx = std::max(mx, sr[t] *= scale);
             const float inv = 1.0f / ExpBelowInPlace(sr, Ti, mx);
             for (int64_t t = 0; t < Ti; ++t) sr[t] *= inv;
-            WeightedRowSum(sr, vc, Ti, D, ap + (f.starts[s] + i) * H * D + (kv * G + g) * D);
+            float* out = ap + (f.starts[s] + i) * H * D + (kv * G + g) * D;
+            for (int64_t t0 = 0; t0 < Ti; t0 += B) {  // each block's values, summed in order
+              WeightedRowSum(sr + t0, pool.Rows(cache.blocks()[t0 / B], l, 1, kv),
+                             std::min(B, Ti - t0), D, out, /*accumulate=*/t0 > 0);
+            }
           }
         }
       }

@@ -173,14 +173,33 @@ int64_t LlamaModel::StreamedWeightBytes() const {
   return bytes;
 }
 
-KVCache LlamaModel::NewCache(int64_t initial_capacity) const {
-  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(initial_capacity,
-                                                              config_.max_position_embeddings));
+KVBlockPool::Shape LlamaModel::CacheShape() const {
+  return {config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim};
+}
+
+int64_t LlamaModel::CacheBlockBytes() const {
+  const KVBlockPool::Shape sh = CacheShape();
+  const int64_t element = device().is_cpu() ? 4 : static_cast<int64_t>(embed_.element_size());
+  return sh.layers * 2 * sh.kv_heads * KVBlockPool::kBlockTokens * sh.head_dim * element;
+}
+
+std::shared_ptr<KVBlockPool> LlamaModel::NewBlockPool(int64_t max_blocks,
+                                                      bool prefix_caching) const {
   auto opts = embed_.options().requires_grad(false);
   if (device().is_cpu()) opts = opts.dtype(at::kFloat);  // the CPU forward's activations
-  std::vector<int64_t> sizes = {config_.num_hidden_layers, config_.num_key_value_heads, cap,
-                                config_.head_dim};
-  return KVCache(at::empty(sizes, opts), at::empty(sizes, opts));
+  return std::make_shared<KVBlockPool>(CacheShape(), opts, max_blocks, prefix_caching);
+}
+
+KVCache LlamaModel::NewCache(std::shared_ptr<KVBlockPool> pool) const {
+  TORCH_CHECK(pool && pool->shape() == CacheShape(), "a KV block pool of another model's shape");
+  return KVCache(std::move(pool));
+}
+
+KVCache LlamaModel::NewCache(int64_t initial_capacity) const {
+  KVCache cache(NewBlockPool(0, false));
+  cache.Reserve(std::max<int64_t>(1, std::min<int64_t>(initial_capacity,
+                                                        config_.max_position_embeddings)));
+  return cache;
 }
 
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
@@ -244,9 +263,12 @@ LlamaModel::FlatBatch LlamaModel::Flatten(const std::vector<ForwardInput>& batch
       f.positions.push_back(L0 + depth[i]);
     }
   }
-  // Only now, with every input checked, grow the caches.
+  // Only now, with every input checked, take the blocks the new positions need.
   for (const auto& in : batch) {
-    in.cache->Reserve(in.cache->length() + in.tokens.size(), config_.max_position_embeddings);
+    TORCH_CHECK(in.cache->pool() && in.cache->pool()->shape() == CacheShape(),
+                "a KV cache of another model's shape");
+    TORCH_CHECK(in.cache->Reserve(in.cache->length() + in.tokens.size()),
+                "the KV cache pool has no free blocks for ", in.tokens.size(), " positions");
   }
   return f;
 }
@@ -255,6 +277,7 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const
   const auto& c = config_;
   const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim;
   const int64_t G = H / KVH, F = c.intermediate_size;
+  constexpr int64_t B = KVBlockPool::kBlockTokens;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   const bool training = c10::GradMode::is_enabled();
 
@@ -306,16 +329,28 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const
       const int64_t off = starts[b], n = lengths[b], L0 = past[b], T = L0 + n;
       at::Tensor kb = k.narrow(0, off, n).transpose(0, 1);  // [KVH, n, D]
       at::Tensor vb = v.narrow(0, off, n).transpose(0, 1);
-      at::Tensor kc = batch[b].cache->keys_[l], vc = batch[b].cache->values_[l];
-      kc.narrow(1, L0, n).copy_(kb.detach());
-      vc.narrow(1, L0, n).copy_(vb.detach());
-      // Training reads this forward's keys and values from the graph, not the cache, so that
-      // gradients reach them; a cached prefix (computed earlier, without gradients) is a
-      // constant in front of them.
-      at::Tensor keys = kc.narrow(1, 0, T), values = vc.narrow(1, 0, T);  // [KVH, T, D]
+      // The new keys and values into the cache's blocks, then the sequence's [KVH, T, D]
+      // gathered from them. Training reads this forward's keys and values from the graph,
+      // not the cache, so that gradients reach them; a cached prefix (computed earlier,
+      // without gradients) is a constant in front of them.
+      KVCache& cache = *batch[b].cache;
+      const at::Tensor& store = cache.pool()->storage();  // [blocks, layers, 2, KVH, B, D]
+      for (int64_t i = 0; i < n;) {
+        const int64_t pos = L0 + i, len = std::min(n - i, B - pos % B);
+        at::Tensor slot = store[cache.blocks()[pos / B]][l].narrow(2, pos % B, len);
+        slot[0].copy_(kb.narrow(1, i, len).detach());
+        slot[1].copy_(vb.narrow(1, i, len).detach());
+        i += len;
+      }
+      const int64_t nb = KVBlockPool::BlocksFor(T);
+      at::Tensor ids = at::from_blob(const_cast<int32_t*>(cache.blocks().data()), {nb}, at::kInt)
+                           .to(device(), at::kLong);
+      at::Tensor kv = store.select(1, l).index_select(0, ids);  // [nb, 2, KVH, B, D]
+      kv = kv.permute({1, 2, 0, 3, 4}).reshape({2, KVH, nb * B, D}).narrow(2, 0, T);
+      at::Tensor keys = kv[0], values = kv[1];  // [KVH, T, D]
       if (training) {
-        keys = L0 == 0 ? kb : at::cat({kc.narrow(1, 0, L0), kb}, 1);
-        values = L0 == 0 ? vb : at::cat({vc.narrow(1, 0, L0), vb}, 1);
+        keys = L0 == 0 ? kb : at::cat({keys.narrow(1, 0, L0), kb}, 1);
+        values = L0 == 0 ? vb : at::cat({values.narrow(1, 0, L0), vb}, 1);
       }
 
       // Queries grouped by their key/value head: [KVH, G * n, D], rows ordered (group, pos).

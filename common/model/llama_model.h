@@ -68,15 +68,25 @@ class LlamaModel {
   // model is trained in place, or off the CPU). What bounds a decode step from below.
   int64_t StreamedWeightBytes() const;
 
-  // An empty cache for one sequence of this model.
+  // An empty cache for one sequence of this model, in a pool of its own (unbounded), with
+  // room for `initial_capacity` positions.
   KVCache NewCache(int64_t initial_capacity = 64) const;
+  // A pool of at most `max_blocks` cache blocks (0: unbounded) for many sequences of this
+  // model, and an empty cache in it (see kv_block_pool.h).
+  std::shared_ptr<KVBlockPool> NewBlockPool(int64_t max_blocks, bool prefix_caching) const;
+  KVCache NewCache(std::shared_ptr<KVBlockPool> pool) const;
+  // The shape of this model's cache blocks, and the bytes of one.
+  KVBlockPool::Shape CacheShape() const;
+  int64_t CacheBlockBytes() const;
 
   // Runs the new tokens of every input through the model and appends them to the caches.
   // Returns float32 logits [rows, vocab] on the model's device: for each input in order, one
   // row per entry of logit_rows when given, else per new token when all_logits, else one row
   // for its last token.
   // REQUIRES: each cache came from this model's NewCache() and has room within
-  // max_position_embeddings; throws c10::Error otherwise (callers check limits first).
+  // max_position_embeddings, and its pool has the blocks the new tokens need (a bounded pool:
+  // callers reserve first); throws c10::Error otherwise, leaving the caches' contents as they
+  // were.
   // Call under c10::InferenceMode for serving. Under autograd (training) attention reads the
   // new keys and values from the graph, so no in-place update enters it; what a cache already
   // holds (e.g. a prompt run under at::NoGradGuard, not InferenceMode) is a constant: no

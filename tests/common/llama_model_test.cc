@@ -110,7 +110,8 @@ TEST_P(LlamaModelTest, SmallCpuPathMatchesAtenPath) {
   at::Tensor out[2];
   for (int path = 0; path < 2; ++path) {
     m->set_use_small_cpu_path(path == 1);
-    std::vector<KVCache> caches = {m->NewCache(), m->NewCache()};
+    std::vector<KVCache> caches(2);
+    for (KVCache& c : caches) c = m->NewCache();
     std::vector<at::Tensor> rows;
     // Prefill (20 tokens: always the ATen path), then blocks of 1, 5 and 16 with a rollback.
     m->Forward({{&caches[0], {seqs[0].begin(), seqs[0].begin() + 20}, false},
@@ -143,7 +144,8 @@ TEST_P(LlamaModelTest, LogitRowsSelectThoseRowsInTheirOrder) {
                                 0);
   for (bool small : {false, true}) {
     m->set_use_small_cpu_path(small);
-    std::vector<KVCache> caches = {m->NewCache(), m->NewCache(), m->NewCache()};
+    std::vector<KVCache> caches(3);
+    for (KVCache& c : caches) c = m->NewCache();
     ForwardInput a{&caches[0], seqs[0], false, {}, pick};
     ForwardInput b{&caches[1], seqs[1], true, {}, {}};
     ForwardInput c{&caches[2], seqs[2], false, {}, {}};

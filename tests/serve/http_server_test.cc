@@ -30,7 +30,8 @@ using serve_test::TempDir;
 class TestServer {
  public:
   explicit TestServer(const std::string& buffer_dir = "", int max_batch = 16, int k = -1,
-                      std::shared_ptr<const ChatTemplate> chat_template = nullptr) {
+                      std::shared_ptr<const ChatTemplate> chat_template = nullptr,
+                      double kv_cache_mb = 0) {
     EXPECT_TRUE(LlamaModel::Load(serve_test::TargetDir(), {}, &target_).ok());
     std::unique_ptr<LlamaModel> draft;
     EXPECT_TRUE(LlamaModel::Load(serve_test::DraftDir(), {}, &draft).ok());
@@ -46,6 +47,7 @@ class TestServer {
     SchedulerOptions o;
     o.max_batch = max_batch;
     o.k = k;
+    o.kv_cache_mb = kv_cache_mb;
     scheduler_ = std::make_unique<Scheduler>(target_.get(), std::move(draft), tokenizer_.get(),
                                              metrics_.get(), sample_logger_.get(), o);
     EXPECT_TRUE(scheduler_->Start().ok());
@@ -313,6 +315,20 @@ TEST_F(HttpServerTest, BadInputGets4xxAndTheServerKeepsServing) {
   auto models = c->Get("/v1/models");
   ASSERT_TRUE(models);
   EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "target-6m");
+}
+
+// With --kv-cache-mb, a request whose prompt and max_tokens could never fit the pool gets a
+// 400 naming max_tokens; requests that fit are served.
+TEST(HttpServerKvCache, ARequestLargerThanTheKvCacheGets400) {
+  TestServer server("", 16, -1, nullptr, /*kv_cache_mb=*/2);
+  auto c = server.Client();
+  const Completion big = Complete(*c, Greedy("And God said", 1000, "prose"));
+  EXPECT_EQ(big.status, 400);
+  EXPECT_EQ(big.body["error"]["code"], "context_length_exceeded") << big.body.dump();
+  EXPECT_EQ(big.body["error"]["param"], "max_tokens");
+  const Completion ok = Complete(*c, Greedy("And God said", 8, "prose"));
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.body["usage"]["completion_tokens"], 8);
 }
 
 TEST_F(HttpServerTest, MetricsPassPromtool) {
