@@ -11,7 +11,8 @@
 // token. The figure is long / alone p99 gap, the median over repetitions (a whole prefill run
 // at admission stalls every stream for its length: hundreds of milliseconds on
 // target-wide-46m). Also the long prompt's time to first token in the long arm against the
-// same prompt sent to an idle server (its prefill alone).
+// same length of prompt sent to an idle server (its prefill alone). Every long prompt is a new
+// stretch of the corpus: none is served from the prefix cache.
 // JSON lines {"name", "params", "value", "unit"}. Usage:
 //   prefill_bench [--shared DIR] [--target NAME] [--reps N] [--streams N] [--tokens N]
 //                 [--long N]
@@ -141,15 +142,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   SetComputeThreads(0);
-  // The long prompt: prose corpus text cut to `long_tokens` tokens (BOS added by the server).
-  std::string long_prompt;
+  // The long prompts: prose corpus text cut to `long_tokens` tokens (BOS added by the server),
+  // a new stretch for each send, so that none is in the prefix cache.
+  std::vector<std::string> long_prompts;
   {
     std::ifstream in(shared + "/corpus/prose/valid.txt");
-    std::string text(long_tokens * 8, '\0');
-    in.read(&text[0], static_cast<std::streamsize>(text.size()));
-    std::vector<int> ids = tokenizer->Encode(text);
-    ids.resize(std::min<size_t>(ids.size(), long_tokens - 1));
-    long_prompt = tokenizer->Decode(ids);
+    for (int i = 0; i < 2 * reps; ++i) {
+      std::string text(long_tokens * 8, '\0');
+      in.read(&text[0], static_cast<std::streamsize>(text.size()));
+      text.resize(static_cast<size_t>(in.gcount()));
+      std::vector<int> ids = tokenizer->Encode(text);
+      ids.resize(std::min<size_t>(ids.size(), long_tokens - 1));
+      long_prompts.push_back(tokenizer->Decode(ids));
+    }
   }
   std::vector<std::pair<std::string, std::string>> prompts;
   for (const std::string domain : {"prose", "python", "c", "legal", "docs"}) {
@@ -180,13 +185,13 @@ int main(int argc, char** argv) {
       long_ttft;
   int failures = 0;
   for (int r = 0; r < reps; ++r) {
-    idle_ttft.push_back(RunArm(port, prompts, 0, tokens, long_prompt, 0).long_ttft);
+    idle_ttft.push_back(RunArm(port, prompts, 0, tokens, long_prompts[2 * r], 0).long_ttft);
     Arm alone, with_long;
     for (int order = 0; order < 2; ++order) {
       if ((order == 0) == (r % 2 == 0)) {
         alone = RunArm(port, prompts, streams, tokens, "", r * 100);
       } else {
-        with_long = RunArm(port, prompts, streams, tokens, long_prompt, r * 100);
+        with_long = RunArm(port, prompts, streams, tokens, long_prompts[2 * r + 1], r * 100);
       }
     }
     failures += alone.failures + with_long.failures;

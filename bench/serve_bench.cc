@@ -21,7 +21,8 @@
 // ("serve_off_scaling": one batched forward streams the weights once for every sequence).
 // Usage: serve_bench [--shared DIR] [--target NAME] [--threads N] [--dtype D] [--reps N]
 //                    [--requests N] [--tokens N] [--warmup N]
-//                    [--concurrency N (default: 1, 4 and 16)]
+//                    [--concurrency N (default: 1, 4 and 16)] [--prefix-caching 0|1]
+//                    [--prompt-lookup 1 (adds the mode auto_lookup: auto with prompt lookup)]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -54,10 +55,15 @@ using bench::Percentile;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
+// --prefix-caching 0 serves without the prefix cache (the sampled prompts recur, so with it
+// their prefill is mostly skipped): for comparisons with schedulers that had none.
+bool prefix_caching = true;
+
 struct Mode {
   std::string name;
   int k;     // -1 auto, 0 off
   bool log;
+  bool lookup = false;  // SchedulerOptions::prompt_lookup
 };
 
 struct RunResult {
@@ -99,6 +105,8 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
   }
   SchedulerOptions so;
   so.k = mode.k;
+  so.prefix_caching = prefix_caching;
+  so.prompt_lookup = mode.lookup;
   Scheduler scheduler(target.get(), std::move(draft), tokenizer.get(), metrics.get(),
                       sample_logger.get(), so);
   (void)scheduler.Start();
@@ -227,6 +235,7 @@ int main(int argc, char** argv) {
   using namespace specloop;
   std::string shared = SPECLOOP_SHARED_DIR, target = "target-wide-46m", dtype = "auto";
   int reps = 5, requests = 0, tokens = 64, warmup = 4, threads = 0;
+  bool lookup_mode = false;
   std::vector<int> concurrencies = {1, 4, 16};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--shared")) shared = argv[i + 1];
@@ -237,6 +246,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--requests")) requests = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--prefix-caching")) prefix_caching = std::atoi(argv[i + 1]) != 0;
+    if (!std::strcmp(argv[i], "--prompt-lookup")) lookup_mode = std::atoi(argv[i + 1]) != 0;
     if (!std::strcmp(argv[i], "--concurrency")) concurrencies = {std::atoi(argv[i + 1])};
   }
   for (int t : {1, AvailableCores()}) {
@@ -261,10 +272,11 @@ int main(int argc, char** argv) {
       if (d * 8 + i < prompts.size()) mixed.push_back(prompts[d * 8 + i]);
     }
   }
-  const std::vector<Mode> modes = {{"auto", -1, true},
-                                   {"off", 0, true},
-                                   {"auto_nolog", -1, false},
-                                   {"off_nolog", 0, false}};
+  std::vector<Mode> modes = {{"auto", -1, true},
+                             {"off", 0, true},
+                             {"auto_nolog", -1, false},
+                             {"off_nolog", 0, false}};
+  if (lookup_mode) modes.push_back({"auto_lookup", -1, true, true});
   double off_at_one = 0;  // plain decoding's throughput at one client, when measured
   for (int conc : concurrencies) {
     const int per_client = requests > 0 ? requests : std::max(4, 64 / conc);
@@ -301,9 +313,10 @@ int main(int argc, char** argv) {
         Emit("serve_off_scaling", params, Median(t) / off_at_one, "x one client");
       }
     }
-    std::vector<double> auto_over_off, overhead, overhead_plain;
+    std::vector<double> auto_over_off, overhead, overhead_plain, lookup_over_auto;
     for (int r = 0; r < reps; ++r) {
       const double a = runs["auto"][r].tokens_per_second;
+      if (lookup_mode) lookup_over_auto.push_back(runs["auto_lookup"][r].tokens_per_second / a);
       auto_over_off.push_back(a / runs["off"][r].tokens_per_second);
       overhead.push_back(1.0 - a / runs["auto_nolog"][r].tokens_per_second);
       overhead_plain.push_back(1.0 - runs["off"][r].tokens_per_second /
@@ -314,6 +327,7 @@ int main(int argc, char** argv) {
     Emit("serve_logging_overhead", params, Median(overhead), "fraction");
     // The same at k = 0 in both: logging's own cost, apart from any choice of k it moves.
     Emit("serve_logging_overhead_plain", params, Median(overhead_plain), "fraction");
+    if (lookup_mode) Emit("serve_lookup_over_auto", params, Median(lookup_over_auto), "ratio");
   }
   return 0;
 }

@@ -51,7 +51,12 @@ json SpeculativeJson(const SpeculativeUsage& s) {
            {{"steps", s.suffix.steps},
             {"drafted", s.suffix.drafted},
             {"accepted", s.suffix.accepted},
-            {"tested", s.suffix.tested}}}};
+            {"tested", s.suffix.tested}}},
+          {"lookup",
+           {{"steps", s.lookup.steps},
+            {"drafted", s.lookup.drafted},
+            {"accepted", s.lookup.accepted},
+            {"tested", s.lookup.tested}}}};
 }
 
 ApiError ServerError(int status, const std::string& message) {

@@ -48,6 +48,7 @@ struct SpeculativeUsage {
   struct Suffix {
     int64_t steps = 0, drafted = 0, accepted = 0, tested = 0;
   } suffix;
+  Suffix lookup;  // likewise, the blocks of prompt lookup (--prompt-lookup)
   // Per tested token, as specloop_acceptance_rate (independent of k).
   double acceptance_rate() const { return tested ? double(accepted) / tested : 0.0; }
 };

@@ -247,6 +247,13 @@ void Scheduler::Admit() {
       }
       slot.fixed_k = std::max(0, options_.k);
       if (options_.k < 0) slot.policy = PolicyFor(seq->series->label, draft_version_);
+      const int greedy = p.generate.sampling.greedy() ? 0 : 1;
+      if (options_.k < 0 && options_.prompt_lookup) {
+        seq->lookup = std::make_unique<PromptLookupProposer>(target_->config().vocab_size,
+                                                             p.generate.sampling.greedy());
+        slot.lookup = seq->lookup.get();
+        slot.lookup_acceptance = &suffixes_[seq->series->label].lookup_acceptance[greedy];
+      }
       if (options_.k < 0 && options_.suffix_tokens > 0) {
         SuffixState& st = suffixes_[seq->series->label];
         if (!st.index) {
@@ -258,7 +265,7 @@ void Scheduler::Admit() {
                                                        p.generate.sampling.greedy(),
                                                        st.index.get());
         slot.suffix = seq->suffix.get();
-        slot.suffix_acceptance = &st.acceptance[p.generate.sampling.greedy() ? 0 : 1];
+        slot.suffix_acceptance = &st.acceptance[greedy];
       }
       seq->draft_version = draft_version_;
       // The prompt is prefilled in chunks by the steps to come (TakePrefillChunks).
@@ -476,11 +483,13 @@ void Scheduler::Step() {
       const SpeculativeDecoder::OptimalAcceptance& optimal = seq->decoder->last_optimal();
       if (slot->used_suffix) {
         metrics_->ObserveSuffixStep(seq->series, drafted, accepted,
-                                    static_cast<int>(slot->emitted.size()));
-        seq->suffix_usage.steps++;
-        seq->suffix_usage.drafted += drafted;
-        seq->suffix_usage.accepted += accepted;
-        seq->suffix_usage.tested += seq->decoder->last_tested();
+                                    static_cast<int>(slot->emitted.size()), slot->used_lookup);
+        SpeculativeUsage::Suffix& usage =
+            slot->used_lookup ? seq->lookup_usage : seq->suffix_usage;
+        usage.steps++;
+        usage.drafted += drafted;
+        usage.accepted += accepted;
+        usage.tested += seq->decoder->last_tested();
       } else {
         metrics_->ObserveStep(seq->series, slot->k, drafted, accepted,
                               static_cast<int>(slot->emitted.size()), optimal.expected,
@@ -596,6 +605,7 @@ void Scheduler::Finish(Sequence* seq, const std::string& reason) {
   }
   done.speculative.draft_version = seq->draft_version;
   done.speculative.suffix = seq->suffix_usage;
+  done.speculative.lookup = seq->lookup_usage;
   seq->channel->Post(std::move(done));
   metrics_->ObserveRequest(seq->series, reason, SecondsSince(seq->channel->created()),
                            seq->ttft_seconds, static_cast<int>(p.prompt.size()));

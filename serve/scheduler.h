@@ -65,6 +65,11 @@ struct SchedulerOptions {
   // promises more tokens per second than the draft (common/engine/decode_step.h). 0: off.
   // Default: 131072 (~9 MB a domain).
   int64_t suffix_tokens = int64_t{1} << 17;
+  // Prompt lookup (adaptive k only): each sequence may also draft the tokens that followed the
+  // last earlier occurrence of its context's last 2-4 tokens in its own prompt and output
+  // (common/spec/prompt_lookup_proposer.h), taken where that block promises more tokens per
+  // second than the draft and the suffix block, by its own acceptance per domain. Default: false.
+  bool prompt_lookup = false;
   // Memory for the KV caches of the target and the draft together, in MiB: one pool of
   // KVBlockPool::kBlockTokens-position blocks per model, as many blocks in each. A request is
   // admitted while blocks are free for it, one that could never fit is refused, and
@@ -167,6 +172,7 @@ class Scheduler {
   struct SuffixState {
     std::unique_ptr<SuffixIndex> index;
     SuffixAcceptance acceptance[2];
+    SuffixAcceptance lookup_acceptance[2];  // prompt lookup's blocks, likewise
   };
   std::map<std::string, SuffixState> suffixes_;
   StepCostTable costs_;

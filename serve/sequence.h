@@ -9,6 +9,7 @@
 #include "common/engine/decode_step.h"
 #include "common/engine/draft_model_proposer.h"
 #include "common/engine/speculative_decoder.h"
+#include "common/spec/prompt_lookup_proposer.h"
 #include "common/spec/speculation_policy.h"
 #include "common/spec/suffix_proposer.h"
 #include "serve/request.h"
@@ -33,11 +34,13 @@ struct Sequence {
   ServingMetrics::DomainSeries* series = nullptr;  // the domain's metrics
   std::unique_ptr<Proposer> proposer;              // DraftModelProposer or NullProposer
   std::unique_ptr<SuffixProposer> suffix;          // over the domain's index (may be null)
+  std::unique_ptr<PromptLookupProposer> lookup;    // over its own context (may be null)
   std::unique_ptr<SpeculativeDecoder> decoder;     // target cache, verification, tokens
   std::unique_ptr<TextStream> text;                // ids -> released text, stop strings
   std::shared_ptr<SampleLogger::Trace> trace;      // null when not logged
   uint64_t draft_version = 0;
   SpeculativeUsage::Suffix suffix_usage;           // the suffix proposer's steps so far
+  SpeculativeUsage::Suffix lookup_usage;           // prompt lookup's steps so far
   bool got_first_token = false;
   double ttft_seconds = -1;
   bool done = false;                               // retired at the end of the iteration

@@ -43,6 +43,7 @@ struct ServeArgs {
   uint32_t worker_id = 0;
   bool no_log = false;
   bool no_suffix = false;
+  bool prompt_lookup = false;
   double kv_cache_mb = 0;
   bool no_prefix_caching = false;
 };
@@ -181,6 +182,7 @@ int RunServe(const ServeArgs& a) {
   so.k = k;
   so.policy.k_max = a.k_max;
   if (a.no_suffix) so.suffix_tokens = 0;
+  so.prompt_lookup = a.prompt_lookup;
   so.kv_cache_mb = a.kv_cache_mb;
   so.prefix_caching = !a.no_prefix_caching;
   Scheduler scheduler(target.get(), std::move(draft), tokenizer.get(), metrics.get(),
@@ -314,6 +316,10 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-suffix", a->no_suffix,
                 "no suffix proposals (continuations of earlier requests of the domain; with "
                 "--k auto they replace the draft's block where they promise more tokens/s)");
+  cmd->add_flag("--prompt-lookup", a->prompt_lookup,
+                "with --k auto, also draft from the request's own context (the tokens after the "
+                "last earlier occurrence of its last 2-4 tokens) where that promises more "
+                "tokens/s than the draft and the suffix block");
   cmd->add_option("--kv-cache-mb", a->kv_cache_mb,
                   "KV cache memory of the target and the draft, MiB (0: max-batch sequences at "
                   "the context limit); requests wait for blocks, and longer ones get a 400")

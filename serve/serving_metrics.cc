@@ -62,6 +62,13 @@ Status ServingMetrics::Register() {
           {"domain"}, d, &suffix_drafted_);
   counter("specloop_suffix_accepted_tokens_total", "Suffix-proposer tokens accepted.",
           {"domain"}, d, &suffix_accepted_);
+  counter("specloop_lookup_steps_total",
+          "Steps that verified a prompt-lookup block (the request's own earlier tokens).",
+          {"domain"}, d, &lookup_steps_);
+  counter("specloop_lookup_draft_tokens_total", "Tokens proposed by prompt lookup.", {"domain"},
+          d, &lookup_drafted_);
+  counter("specloop_lookup_accepted_tokens_total", "Prompt-lookup tokens accepted.", {"domain"},
+          d, &lookup_accepted_);
   counter("specloop_accepted_tokens_total", "Draft tokens accepted.", {"domain"}, d, &accepted_);
   counter("specloop_decode_seconds_total",
           "Decode steps' seconds, summed over the sequences in them (each counts the whole step).",
@@ -163,6 +170,9 @@ ServingMetrics::DomainSeries* ServingMetrics::ForDomain(const std::string& label
     d->suffix_steps = &suffix_steps_->Add(l);
     d->suffix_draft_tokens = &suffix_drafted_->Add(l);
     d->suffix_accepted_tokens = &suffix_accepted_->Add(l);
+    d->lookup_steps = &lookup_steps_->Add(l);
+    d->lookup_draft_tokens = &lookup_drafted_->Add(l);
+    d->lookup_accepted_tokens = &lookup_accepted_->Add(l);
     d->draft_tokens = &drafted_->Add(l);
     d->accepted_tokens = &accepted_->Add(l);
     for (int i = 0; i < std::max(1, options_.k_max); ++i) {
@@ -202,13 +212,14 @@ void ServingMetrics::ObserveStep(DomainSeries* d, int k, int drafted, int accept
   }
 }
 
-void ServingMetrics::ObserveSuffixStep(DomainSeries* d, int drafted, int accepted, int emitted) {
+void ServingMetrics::ObserveSuffixStep(DomainSeries* d, int drafted, int accepted, int emitted,
+                                       bool lookup) {
   d->steps->Increment();
   d->generated_tokens->Increment(emitted);
   d->tokens_per_step->Observe(emitted);
-  d->suffix_steps->Increment();
-  d->suffix_draft_tokens->Increment(drafted);
-  d->suffix_accepted_tokens->Increment(accepted);
+  (lookup ? d->lookup_steps : d->suffix_steps)->Increment();
+  (lookup ? d->lookup_draft_tokens : d->suffix_draft_tokens)->Increment(drafted);
+  (lookup ? d->lookup_accepted_tokens : d->suffix_accepted_tokens)->Increment(accepted);
 }
 
 void ServingMetrics::ObserveDecodeTime(DomainSeries* d, double seconds, int emitted,

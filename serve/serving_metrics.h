@@ -50,6 +50,9 @@ class ServingMetrics {
     metrics::Counter* suffix_steps;
     metrics::Counter* suffix_draft_tokens;
     metrics::Counter* suffix_accepted_tokens;
+    metrics::Counter* lookup_steps;  // prompt lookup's blocks, likewise
+    metrics::Counter* lookup_draft_tokens;
+    metrics::Counter* lookup_accepted_tokens;
     metrics::Counter* draft_tokens;
     metrics::Counter* accepted_tokens;
     std::vector<metrics::Counter*> accepted_at;  // [position]
@@ -69,9 +72,11 @@ class ServingMetrics {
   // acceptance windows and the drift detector when drafted > 0.
   void ObserveStep(DomainSeries* d, int k, int drafted, int accepted, int emitted,
                    double optimal = 0.0, int optimal_positions = 0);
-  // A step whose block came from the suffix proposer: counted as a step with its tokens, and
-  // in the suffix families, not in the draft model's acceptance (nor its drift).
-  void ObserveSuffixStep(DomainSeries* d, int drafted, int accepted, int emitted);
+  // A step whose block came from the suffix proposer (or, `lookup`, from prompt lookup):
+  // counted as a step with its tokens, and in the suffix (lookup) families, not in the draft
+  // model's acceptance (nor its drift).
+  void ObserveSuffixStep(DomainSeries* d, int drafted, int accepted, int emitted,
+                         bool lookup = false);
   // One sequence's share of a decode step: the step took `seconds` and emitted `emitted`
   // tokens for it, where a plain step of the same batch would take `plain_step_seconds`
   // (the step cost table's estimate). Per domain, specloop_decode_seconds_total sums the
@@ -124,8 +129,9 @@ class ServingMetrics {
   DomainDrift drift_;
 
   metrics::Family<metrics::Counter>*requests_, *http_errors_, *prompt_tokens_, *generated_,
-      *steps_, *drafts_, *suffix_steps_, *suffix_drafted_, *suffix_accepted_, *drafted_,
-      *accepted_, *accepted_at_, *drift_events_, *swaps_, *swap_failures_, *rollbacks_,
+      *steps_, *drafts_, *suffix_steps_, *suffix_drafted_, *suffix_accepted_, *lookup_steps_,
+      *lookup_drafted_, *lookup_accepted_, *drafted_, *accepted_, *accepted_at_, *drift_events_,
+      *swaps_, *swap_failures_, *rollbacks_,
       *records_written_, *records_dropped_, *scheduler_errors_, *decode_seconds_,
       *plain_seconds_, *preemptions_, *prefix_queries_, *prefix_hits_;
   metrics::Family<metrics::Histogram>*duration_, *ttft_, *tokens_per_step_, *forward_,

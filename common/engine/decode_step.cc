@@ -19,40 +19,91 @@ void FailSlot(DecodeSlot* slot, const char* what, const std::exception& e) {
   slot->error = std::string(what) + ": " + e.what();
 }
 
-// Puts the suffix proposer's block in the slot's decoder when it promises more tokens per
-// second than the policy's choice of slot->k (SuffixAcceptance); returns whether it did.
-bool TakeSuffixBlock(const StepCostTable& costs, int batch, int64_t context, DecodeSlot* slot) {
+// A model-free block on offer: the suffix proposer's (the domain's earlier requests) or
+// prompt lookup's (the sequence's own context).
+struct Offer {
+  DraftBlock block;
+  SuffixAcceptance* acceptance = nullptr;
+  int bucket = 0;
+  double rate = 0;  // expected tokens per second of its step
+  bool lookup = false;
+};
+
+// Prices `offer`'s first n tokens, from a match of m context tokens: the acceptance estimate of
+// its bucket, capped by `index_estimate` (the expected accepted tokens by the index's own
+// statistics; prompt lookup has none), over the target seconds of n + 1 rows.
+void Price(const StepCostTable& costs, int batch, int64_t context, int m, int n,
+           double index_estimate, Offer* offer) {
+  offer->bucket = SuffixAcceptance::Bucket(m);
+  const double alpha = offer->acceptance->by_match[offer->bucket].alpha();
+  const double expected = std::min(index_estimate, spec::ExpectedTokensPerStep(alpha, n) - 1);
+  const double seconds = costs.TargetSeconds(batch * (n + 1), static_cast<double>(context));
+  offer->rate = seconds > 0 ? (1 + expected) / seconds : 0.0;
+  const size_t row = offer->block.probs.size() / offer->block.tokens.size();  // 0 under greedy
+  offer->block.tokens.resize(n);
+  offer->block.probs.resize(row * n);
+}
+
+// Puts the best model-free block in the slot's decoder when it promises more tokens per second
+// than the policy's choice of slot->k (SuffixAcceptance); returns whether it did.
+bool TakeModelFreeBlock(const StepCostTable& costs, int batch, int64_t context,
+                        DecodeSlot* slot) {
   SpeculativeDecoder& decoder = *slot->decoder;
   const int room = decoder.BeginPropose(slot->policy->options().k_max);
-  DraftBlock* block = decoder.mutable_draft();
-  slot->suffix->Propose(decoder.tokens(), room, block);
-  const int m = slot->suffix->match_length();
-  const int n = std::min<int>(block->tokens.size(), m);
-  if (n > 0) {
-    const int bucket = SuffixAcceptance::Bucket(m);
-    const double alpha = slot->suffix_acceptance->by_match[bucket].alpha();
-    double index_estimate = 0;
-    for (int i = 0; i < n; ++i) index_estimate += slot->suffix->token_probs()[i];
-    const double expected =
-        std::min(index_estimate, spec::ExpectedTokensPerStep(alpha, n) - 1);
-    const double seconds = costs.TargetSeconds(batch * (n + 1), static_cast<double>(context));
-    const double rate = seconds > 0 ? (1 + expected) / seconds : 0.0;
-    SuffixAcceptance& acceptance = *slot->suffix_acceptance;
-    const bool wins = rate > slot->policy->ExpectedRate(costs, slot->k, batch, context);
-    if (wins || ++acceptance.lost[bucket] % SuffixAcceptance::kProbeInterval == 0) {
-      const int keep = wins ? n : 1;  // a probe verifies one token
-      const size_t row = block->probs.size() / block->tokens.size();  // 0 under greedy
-      block->tokens.resize(keep);
-      block->probs.resize(row * keep);
-      decoder.EndPropose();
-      slot->k = keep;
-      slot->used_suffix = true;
-      slot->suffix_bucket = bucket;
-      return true;
+  Offer offers[2];
+  int count = 0;
+  if (slot->suffix != nullptr && slot->suffix_acceptance != nullptr) {
+    Offer& o = offers[count];
+    slot->suffix->Propose(decoder.tokens(), room, &o.block);
+    const int m = slot->suffix->match_length();
+    const int n = std::min<int>(o.block.tokens.size(), m);  // ArcticInference's cap
+    if (n > 0) {
+      o.acceptance = slot->suffix_acceptance;
+      double index_estimate = 0;
+      for (int i = 0; i < n; ++i) index_estimate += slot->suffix->token_probs()[i];
+      Price(costs, batch, context, m, n, index_estimate, &o);
+      ++count;
     }
   }
-  block->Clear();
-  return false;
+  if (slot->lookup != nullptr && slot->lookup_acceptance != nullptr) {
+    Offer& o = offers[count];
+    slot->lookup->Propose(decoder.tokens(), room, &o.block);
+    const int n = static_cast<int>(o.block.tokens.size());
+    if (n > 0) {
+      o.acceptance = slot->lookup_acceptance;
+      o.lookup = true;
+      Price(costs, batch, context, slot->lookup->match_length(), n, n, &o);
+      ++count;
+    }
+  }
+  const double policy_rate = slot->policy->ExpectedRate(costs, slot->k, batch, context);
+  Offer* take = nullptr;
+  for (int i = 0; i < count; ++i) {
+    if (offers[i].rate > policy_rate && (take == nullptr || offers[i].rate > take->rate)) {
+      take = &offers[i];
+    }
+  }
+  if (take == nullptr) {
+    // Each losing offer counts towards its bucket's probe: a one-token block now and then.
+    for (int i = 0; i < count && take == nullptr; ++i) {
+      Offer& o = offers[i];
+      if (++o.acceptance->lost[o.bucket] % SuffixAcceptance::kProbeInterval == 0) {
+        const size_t row = o.block.probs.size() / o.block.tokens.size();
+        o.block.tokens.resize(1);
+        o.block.probs.resize(row);
+        take = &o;
+      }
+    }
+  }
+  if (take == nullptr) return false;
+  *decoder.mutable_draft() = std::move(take->block);
+  decoder.EndPropose();
+  slot->k = static_cast<int>(decoder.draft().tokens.size());
+  slot->used_suffix = true;
+  slot->used_lookup = take->lookup;
+  slot->used_acceptance = take->acceptance;
+  slot->suffix_bucket = take->bucket;
+  return true;
 }
 
 }  // namespace
@@ -67,6 +118,8 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   for (DecodeSlot* slot : slots) {
     slot->k = 0;
     slot->used_suffix = false;
+    slot->used_lookup = false;
+    slot->used_acceptance = nullptr;
     slot->emitted.clear();
     slot->error.clear();
     slot->draft_seconds = 0;
@@ -77,8 +130,8 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
         const int64_t context = static_cast<int64_t>(tokens.size()) - 1;
         slot->k = slot->policy->ChooseK(*costs, batch, context,
                                         slot->proposer->CatchUpTokens(tokens), decoder.remaining());
-        if (slot->suffix != nullptr && slot->suffix_acceptance != nullptr &&
-            TakeSuffixBlock(*costs, batch, context, slot)) {
+        if ((slot->suffix != nullptr || slot->lookup != nullptr) &&
+            TakeModelFreeBlock(*costs, batch, context, slot)) {
           continue;
         }
       } else {
@@ -174,7 +227,7 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     }
     const int drafted = static_cast<int>(slot->decoder->draft().tokens.size());
     if (slot->used_suffix) {
-      slot->suffix_acceptance->by_match[slot->suffix_bucket].Observe(
+      slot->used_acceptance->by_match[slot->suffix_bucket].Observe(
           drafted, slot->decoder->last_accepted());
       continue;  // no draft forward, no catch-up: nothing of the draft's to measure
     }

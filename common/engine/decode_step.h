@@ -2,10 +2,10 @@
 // of the server's scheduler, `specloop generate` (SpeculativeGeneration, a batch of one) and
 // spec_bench. For every sequence it
 //   1. picks k: fixed, or its SpeculationPolicy's choice for this batch size, context,
-//      catch-up and remaining tokens, priced by the StepCostTable; with a suffix proposer
-//      (adaptive k only), its block instead when it promises more tokens per second (see
-//      SuffixAcceptance). The choice reads the context and past steps only, so verification
-//      stays exact;
+//      catch-up and remaining tokens, priced by the StepCostTable; with a suffix proposer or
+//      prompt lookup (adaptive k only), the model-free block that promises the most tokens per
+//      second instead, where it beats that k (see SuffixAcceptance). The choice reads the
+//      context and past steps only, so verification stays exact;
 //   2. drafts: the sequences that draft with a model together (DraftModelProposer::ProposeBatch:
 //      one batched draft forward per drafted position), the others through their proposer;
 //   3. runs ONE target forward over every sequence's pending token and drafts;
@@ -27,6 +27,7 @@
 #include "common/engine/draft_model_proposer.h"
 #include "common/engine/speculative_decoder.h"
 #include "common/spec/acceptance_estimator.h"
+#include "common/spec/prompt_lookup_proposer.h"
 #include "common/spec/speculation_policy.h"
 #include "common/spec/step_cost_table.h"
 #include "common/spec/suffix_proposer.h"
@@ -68,6 +69,11 @@ struct DecodeSlot {
   // per-token acceptance of its blocks (its own estimator, not the policy's).
   SuffixProposer* suffix = nullptr;
   SuffixAcceptance* suffix_acceptance = nullptr;
+  // Optional (adaptive k only): prompt lookup over the sequence's own context, and the
+  // acceptance of its blocks, priced as the suffix proposer's (without an index estimate); the
+  // step takes whichever model-free block promises the most, where it beats the policy's k.
+  PromptLookupProposer* lookup = nullptr;
+  SuffixAcceptance* lookup_acceptance = nullptr;
   // Called after verification with this step's target rows (the last drafted + 1 are the
   // verified ones; the block is decoder->draft()); its time counts as the rows' cost. May
   // throw (the slot fails).
@@ -75,7 +81,9 @@ struct DecodeSlot {
 
   // This step's outcome; the block verified is decoder->draft() until the next step.
   int k = 0;                      // asked
-  bool used_suffix = false;       // the block came from the suffix proposer
+  bool used_suffix = false;       // the block came from a model-free proposer:
+  bool used_lookup = false;       // ... prompt lookup's (else the suffix proposer's),
+  SuffixAcceptance* used_acceptance = nullptr;  // ... priced by this acceptance,
   int suffix_bucket = 0;          // ... from a match of this SuffixAcceptance bucket
   uint32_t start_pos = 0;         // the pending token's position
   double draft_seconds = 0;       // proposer's last_propose_seconds()

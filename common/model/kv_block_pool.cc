@@ -35,12 +35,17 @@ void KVBlockPool::Grow(int64_t blocks) {
 
 bool KVBlockPool::Allocate(int64_t n, std::vector<int32_t>* out) {
   if (n <= 0) return true;
-  const int64_t fresh = std::max<int64_t>(0, n - reusable());
+  if (bounded() && n > available()) return false;
+  // Blocks never used yet go before cached ones are evicted.
+  int64_t fresh = std::max<int64_t>(0, n - static_cast<int64_t>(free_.size()));
+  if (bounded()) {
+    fresh = std::min(fresh, max_blocks_ - allocated_);
+  } else if (fresh > 0) {
+    Grow(std::max(allocated_ + fresh, 2 * allocated_));
+  }
   if (fresh > 0) {
-    if (bounded() && allocated_ + fresh > max_blocks_) return false;
-    if (!bounded()) Grow(std::max(allocated_ + fresh, 2 * allocated_));
-    // Blocks never used yet join the free list, last ones first (so the lowest ids go out
-    // first: memory is touched in order).
+    // They join the free list, last ones first (so the lowest ids go out first: memory is
+    // touched in order).
     meta_.resize(allocated_ + fresh);
     for (int64_t b = allocated_ + fresh - 1; b >= allocated_; --b) {
       free_.push_back(static_cast<int32_t>(b));

@@ -6,6 +6,7 @@ namespace specloop {
 
 void PromptLookupProposer::Propose(const std::vector<int>& context, int max_k, DraftBlock* out) {
   out->Clear();
+  match_length_ = 0;
   const int len = static_cast<int>(context.size());
   if (max_k <= 0) return;
   for (int n = std::min(max_ngram_, len - 1); n >= min_ngram_; --n) {
@@ -15,6 +16,7 @@ void PromptLookupProposer::Propose(const std::vector<int>& context, int max_k, D
       if (!std::equal(tail, tail + n, context.data() + start)) continue;
       const int from = start + n;
       const int k = std::min(max_k, len - from);
+      match_length_ = n;
       out->tokens.assign(context.begin() + from, context.begin() + from + k);
       if (!greedy_) {
         out->probs.assign(static_cast<size_t>(k) * vocab_, 0.0f);

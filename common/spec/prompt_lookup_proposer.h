@@ -19,10 +19,14 @@ class PromptLookupProposer : public Proposer {
 
   void Propose(const std::vector<int>& context, int max_k, DraftBlock* out) override;
 
+  // Of the last Propose(): the length of the n-gram it matched (0: no proposal).
+  int match_length() const { return match_length_; }
+
  private:
   int vocab_;
   bool greedy_;
   int min_ngram_, max_ngram_;
+  int match_length_ = 0;
 };
 
 }  // namespace specloop

@@ -4,6 +4,8 @@
 #include "common/model/kv_block_pool.h"
 #include "common/model/kv_cache.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include <c10/core/InferenceMode.h>
@@ -112,6 +114,28 @@ TEST(KVBlockPool, CachedBlocksAreEvictedLeastRecentlyReleasedFirst) {
   EXPECT_FALSE(pool->Allocate(1, &more));
   pool->DropCached();
   EXPECT_LT(pool->Lookup(0, t.data()).block, 0);
+}
+
+// A bounded pool hands out blocks never used before it evicts cached ones: cached prefixes
+// survive until the pool is full.
+TEST(KVBlockPool, CachedBlocksAreEvictedOnlyWhenNoUnusedBlockIsLeft) {
+  auto pool = SmallPool(4);
+  const std::vector<int> t = Tokens(2 * B, 4);
+  std::vector<int32_t> blocks;
+  ASSERT_TRUE(pool->Allocate(2, &blocks));
+  const uint64_t chain = pool->Register(blocks[0], 0, t.data());
+  pool->Register(blocks[1], chain, t.data() + B);
+  for (int i = 1; i >= 0; --i) pool->Release(blocks[i]);
+  std::vector<int32_t> other;
+  ASSERT_TRUE(pool->Allocate(2, &other));  // the two unused blocks
+  for (int32_t b : other) EXPECT_EQ(std::count(blocks.begin(), blocks.end(), b), 0);
+  KVBlockPool::Hit h = pool->Lookup(0, t.data());
+  EXPECT_EQ(h.block, blocks[0]);
+  pool->Release(h.block);
+  std::vector<int32_t> third;
+  ASSERT_TRUE(pool->Allocate(1, &third));  // now a cached one goes: the chain's end
+  EXPECT_EQ(third[0], blocks[1]);
+  EXPECT_FALSE(pool->Allocate(2, &third));
 }
 
 TEST(KVBlockPool, WithoutPrefixCachingNothingIsFound) {

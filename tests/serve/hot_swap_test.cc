@@ -137,15 +137,16 @@ TEST(HotSwap, ServesThroughASwapAndRefusesACorruptCheckpoint) {
   const std::string prose = serve_test::Shared() + "/models/draft-prose-1m";
   ASSERT_TRUE(WaitFor([&] { return st.publisher->subscriptions() >= 1; }, 10));
 
-  // Clients stream while version 1 is published.
-  const int kClients = 4;
+  // Clients stream while version 1 is published: long enough streams (~0.6 s here) that they
+  // outlast the swap (~0.13 s from the announcement; at 96 tokens they had finished first).
+  const int kClients = 4, kTokens = 480;
   std::vector<json> results(kClients);
   std::vector<std::thread> clients;
   for (int i = 0; i < kClients; ++i) {
     clients.emplace_back([&, i] {
-      results[i] = Post(st.port, {{"prompt", "In the beginning God created"}, {"max_tokens", 96},
-                                  {"temperature", 0.8}, {"seed", i}, {"stream", true},
-                                  {"ignore_eos", true}});
+      results[i] = Post(st.port, {{"prompt", "In the beginning God created"},
+                                  {"max_tokens", kTokens}, {"temperature", 0.8}, {"seed", i},
+                                  {"stream", true}, {"ignore_eos", true}});
     });
   }
   ASSERT_TRUE(WaitFor([&] { return st.scheduler->active() >= 2; }));
@@ -162,7 +163,7 @@ TEST(HotSwap, ServesThroughASwapAndRefusesACorruptCheckpoint) {
     EXPECT_EQ(r["status"], 200) << r.dump();
     EXPECT_TRUE(r["done_marker"].get<bool>()) << r.dump();
     EXPECT_EQ(r["choices"][0]["finish_reason"], "length") << r.dump();
-    EXPECT_EQ(r["usage"]["completion_tokens"], 96) << r.dump();
+    EXPECT_EQ(r["usage"]["completion_tokens"], kTokens) << r.dump();
   }
   json after = Post(st.port, {{"prompt", "And the earth was"}, {"max_tokens", 16}});
   EXPECT_EQ(after["speculative"]["draft_version"], 1) << after.dump();
