@@ -176,8 +176,8 @@ int Prefix(const Args& a, const LlamaModel& target, const Tokenizer& tokenizer) 
       const int arm = (order + r) % 2;
       std::vector<double> ttfts;
       for (int i = 0; i < a.requests; ++i) {
-        const Reply reply = Stream(
-            arms[arm].port(), body(prefix + "\n\n" + suffixes[(r * a.requests + i) % suffixes.size()]));
+        const std::string& suffix = suffixes[(r * a.requests + i) % suffixes.size()];
+        const Reply reply = Stream(arms[arm].port(), body(prefix + "\n\n" + suffix));
         if (reply.status != 200) ++failures;
         ttfts.push_back(reply.ttft);
         texts[arm].push_back(reply.text);

@@ -186,7 +186,9 @@ TEST_P(PagedForward, ScatteredBlocksGiveThePrivateCachesBits) {
   }
   // The blocks interleave: a's are not one run.
   bool scattered = false;
-  for (size_t i = 1; i < pa.blocks().size(); ++i) scattered |= pa.blocks()[i] != pa.blocks()[i - 1] + 1;
+  for (size_t i = 1; i < pa.blocks().size(); ++i) {
+    scattered |= pa.blocks()[i] != pa.blocks()[i - 1] + 1;
+  }
   EXPECT_TRUE(scattered);
 }
 
