@@ -1,21 +1,20 @@
-// KV cache benchmark (the paged KV cache and prefix caching, issue 30): the whole stack
-// in-process (HttpServer + Scheduler at the server's defaults but for the setting named, every
-// core, no logging) on `--target` (default target-wide-46m) / draft-mix-1m, over loopback HTTP.
-// Two modes, one per process (the memory mode reads the process's resident set):
+// KV cache benchmark (the paged KV cache and prefix caching, issue 30) on `--target` (default
+// target-wide-46m) / draft-mix-1m, at the server's defaults but for the setting named (every
+// core, no logging), over loopback HTTP. Two modes:
 //
-//   prefix: requests sharing a `--prefix`-token prompt prefix (prose corpus text, a new one
-//     each repetition), each with its own short suffix (the start of a domain prompt), sent one
-//     after another to a server with prefix caching (the default) and to one without, in
-//     alternating order; greedy, `--tokens` each. Per arm the first request's time to first
+//   prefix (the stack in-process): requests sharing a `--prefix`-token prompt prefix (prose
+//     corpus text, a new one each repetition), each with its own short suffix (the start of a
+//     domain prompt), sent one after another to a server with prefix caching (the default)
+//     and to one without, in alternating order; greedy, `--tokens` each. Per arm the first request's time to first
 //     token and the later ones' median; the figure is first / later with the cache (the later
 //     ones compute their suffix alone), beside the same ratio without it (~1). Also whether the
 //     two servers' outputs are byte-identical, and the cache's hit rate.
 //   memory: `--clients` concurrent requests (prose corpus text cut to `--prompt` tokens,
-//     `--tokens` each at temperature 0.8) against a server with `--kv-cache-mb` set; the
-//     process's resident set is sampled every 10 ms. The figure is the peak's growth over the
-//     resident set of the started, idle server (its step cost calibration ran batched
-//     forwards, whose freed memory the allocator keeps), against the budget; also failures
-//     (must be 0), preemptions, and the memory the requests would need unbounded.
+//     `--tokens` each at temperature 0.8) against `specloop serve --kv-cache-mb MB --no-log`
+//     (a child process: its resident set alone, sampled every 10 ms from /proc). The figure is
+//     the peak's growth over the resident set of the started, idle server, against the
+//     budget; also failures (must be 0), preemptions, and the memory the requests would need
+//     unbounded.
 //
 // JSON lines {"name", "params", "value", "unit"}. Usage:
 //   kv_cache_bench prefix [--shared DIR] [--target NAME] [--reps N] [--requests N]
@@ -132,8 +131,9 @@ std::string CorpusText(const std::string& shared, const Tokenizer& tokenizer, si
   return tokenizer.Decode(ids);
 }
 
-double ResidentMb() {
-  std::ifstream in("/proc/self/statm");
+// A process's resident set from its /proc/PID/statm.
+double ResidentMb(const std::string& statm) {
+  std::ifstream in(statm);
   long pages = 0, resident = 0;
   in >> pages >> resident;
   return static_cast<double>(resident) * sysconf(_SC_PAGESIZE) / (1 << 20);
@@ -216,56 +216,61 @@ int Memory(const Args& a, const LlamaModel& target, const Tokenizer& tokenizer) 
   for (int c = 0; c < a.clients; ++c) {
     prompts.push_back(CorpusText(a.shared, tokenizer, 3000 * c, a.prompt - 1));  // BOS added
   }
+  // The server as a user runs it, its own process: its resident set alone is measured.
+  const int port = e2e::FreePort();
+  const std::string kv_mb = std::to_string(a.kv_cache_mb);
+  e2e::Child server({SPECLOOP_BINARY, "serve", "--target", a.shared + "/models/" + a.target,
+                     "--draft", a.shared + "/models/draft-mix-1m", "--port",
+                     std::to_string(port), "--no-log", "--kv-cache-mb", kv_mb},
+                    /*echo=*/false);
+  if (server.WaitForLine("listening on", 120).empty()) {
+    std::cerr << "kv_cache_bench: specloop serve did not start\n" << server.Output();
+    return 1;
+  }
+  const std::string statm = "/proc/" + std::to_string(server.pid()) + "/statm";
+  const double started = ResidentMb(statm);
   std::atomic<bool> sampling{true};
-  std::atomic<double> peak{0};
-  const double loaded = ResidentMb();
+  std::atomic<double> peak{started};
   std::thread sampler([&] {
     while (sampling.load()) {
-      const double mb = ResidentMb();
+      const double mb = ResidentMb(statm);
       if (mb > peak.load()) peak = mb;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   });
-  SchedulerOptions options;
-  options.kv_cache_mb = a.kv_cache_mb;
-  auto draft = bench::LoadOrDie(a.shared + "/models/draft-mix-1m");
-  const double bytes_per_position =
-      static_cast<double>(target.CacheBlockBytes() + draft->CacheBlockBytes()) /
-      KVBlockPool::kBlockTokens;
   int failures = 0, tokens = 0;
-  double seconds = 0, preemptions = 0, started_mb = 0;
-  {
-    Stack stack(&target, std::move(draft), &tokenizer, a.target, options);
-    started_mb = ResidentMb();
-    std::mutex mu;
-    std::vector<std::thread> clients;
-    const auto t0 = Clock::now();
-    for (int c = 0; c < a.clients; ++c) {
-      clients.emplace_back([&, c] {
-        const json body = {{"prompt", prompts[c]}, {"max_tokens", a.tokens},
-                           {"temperature", 0.8},   {"seed", c},
-                           {"stream", true},       {"ignore_eos", true},
-                           {"domain", "prose"}};
-        const Reply reply = Stream(stack.port(), body);
-        std::lock_guard<std::mutex> lock(mu);
-        if (reply.status != 200 || reply.text.empty()) ++failures;
-        tokens += reply.status == 200 ? a.tokens : 0;
-      });
-    }
-    for (auto& t : clients) t.join();
-    seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    preemptions = stack.Metric("specloop_preemptions_total");
+  std::mutex mu;
+  std::vector<std::thread> clients;
+  const auto t0 = Clock::now();
+  for (int c = 0; c < a.clients; ++c) {
+    clients.emplace_back([&, c] {
+      const json body = {{"prompt", prompts[c]}, {"max_tokens", a.tokens}, {"temperature", 0.8},
+                         {"seed", c},            {"stream", true},        {"ignore_eos", true},
+                         {"domain", "prose"}};
+      const Reply reply = Stream(port, body);
+      std::lock_guard<std::mutex> lock(mu);
+      if (reply.status != 200 || reply.text.empty()) ++failures;
+      tokens += reply.status == 200 ? a.tokens : 0;
+    });
   }
+  for (auto& t : clients) t.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   sampling = false;
   sampler.join();
+  std::string metrics;
+  (void)e2e::HttpGet(port, "/metrics", &metrics);
+  const double preemptions = e2e::MetricValue(metrics, "specloop_preemptions_total");
+  const double bytes_per_position =
+      static_cast<double>(target.CacheBlockBytes() +
+                          bench::LoadOrDie(a.shared + "/models/draft-mix-1m")->CacheBlockBytes()) /
+      KVBlockPool::kBlockTokens;
   const json params = {{"target", a.target}, {"kv_cache_mb", a.kv_cache_mb},
                        {"clients", a.clients}, {"prompt_tokens", a.prompt},
                        {"tokens", a.tokens}};
-  Emit("kv_memory_resident_loaded", params, loaded, "MiB");
-  Emit("kv_memory_resident_started", params, started_mb, "MiB");
+  Emit("kv_memory_resident_started", params, started, "MiB");
   Emit("kv_memory_resident_peak", params, peak.load(), "MiB");
-  Emit("kv_memory_growth", params, peak.load() - started_mb, "MiB");
-  Emit("kv_memory_growth_over_budget", params, (peak.load() - started_mb) / a.kv_cache_mb,
+  Emit("kv_memory_growth", params, peak.load() - started, "MiB");
+  Emit("kv_memory_growth_over_budget", params, (peak.load() - started) / a.kv_cache_mb,
        "ratio");
   Emit("kv_memory_unbounded_need", params,
        bytes_per_position * a.clients * (a.prompt + a.tokens) / (1 << 20), "MiB");
