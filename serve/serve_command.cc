@@ -1,12 +1,15 @@
 // `specloop serve`: the serving process (DESIGN.md section 1): loads the target and draft,
 // opens the replay buffer, starts the scheduler and the HTTP server, and stops cleanly on
 // SIGINT/SIGTERM.
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <thread>
@@ -346,6 +349,13 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--http-threads", a->http_threads, "HTTP worker threads")
       ->capture_default_str();
   cmd->callback([a, exit_code] {
+    // As many malloc arenas as cores (MALLOC_ARENA_MAX overrides), not glibc's eight a core:
+    // each HTTP thread (one a connection) would otherwise keep an arena of what it touched,
+    // 28-38 MiB beyond --kv-cache-mb under 64 concurrent streams (bench/RESULTS.md,
+    // "kv_cache_bench").
+    if (std::getenv("MALLOC_ARENA_MAX") == nullptr) {
+      mallopt(M_ARENA_MAX, std::max(2, AvailableCores()));
+    }
     SetComputeThreads(a->threads);
     *exit_code = RunServe(*a);
   });
