@@ -23,6 +23,8 @@
 //                    [--requests N] [--tokens N] [--warmup N]
 //                    [--concurrency N (default: 1, 4 and 16)] [--prefix-caching 0|1]
 //                    [--prompt-lookup 1 (adds the mode auto_lookup: auto with prompt lookup)]
+//                    [--draft-mode tree (adds the mode auto_tree: auto with token trees of
+//                    2,2,1,1 on offer; also prints the share of steps that drafted a tree)]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -64,11 +66,13 @@ struct Mode {
   int k;     // -1 auto, 0 off
   bool log;
   bool lookup = false;  // SchedulerOptions::prompt_lookup
+  bool tree = false;    // SchedulerOptions::tree_branching = {2, 2, 1, 1}
 };
 
 struct RunResult {
   double tokens_per_second, p50, p99;
   double k_mean;  // draft tokens per verification step, timed part
+  double tree_share;  // steps that drafted a token tree, timed part
 };
 
 // One stack, `concurrency` clients, `requests` requests per client.
@@ -107,6 +111,7 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
   so.k = mode.k;
   so.prefix_caching = prefix_caching;
   so.prompt_lookup = mode.lookup;
+  if (mode.tree) so.tree_branching = {2, 2, 1, 1};
   Scheduler scheduler(target.get(), std::move(draft), tokenizer.get(), metrics.get(),
                       sample_logger.get(), so);
   (void)scheduler.Start();
@@ -171,8 +176,10 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
                        e2e::MetricValue(before, "specloop_spec_steps_total");
   const double drafted = e2e::MetricValue(after, "specloop_draft_tokens_total") -
                          e2e::MetricValue(before, "specloop_draft_tokens_total");
+  const double tree_steps = e2e::MetricValue(after, "specloop_tree_steps_total") -
+                            e2e::MetricValue(before, "specloop_tree_steps_total");
   return {total / wall, Percentile(all, 0.5), Percentile(all, 0.99),
-          steps > 0 ? drafted / steps : 0};
+          steps > 0 ? drafted / steps : 0, steps > 0 ? tree_steps / steps : 0};
 }
 
 // The direct way to the logger's per-row work (FillTopK's contract: log-probs at temperature 1,
@@ -235,7 +242,7 @@ int main(int argc, char** argv) {
   using namespace specloop;
   std::string shared = SPECLOOP_SHARED_DIR, target = "target-wide-46m", dtype = "auto";
   int reps = 5, requests = 0, tokens = 64, warmup = 4, threads = 0;
-  bool lookup_mode = false;
+  bool lookup_mode = false, tree_mode = false;
   std::vector<int> concurrencies = {1, 4, 16};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--shared")) shared = argv[i + 1];
@@ -248,6 +255,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--prefix-caching")) prefix_caching = std::atoi(argv[i + 1]) != 0;
     if (!std::strcmp(argv[i], "--prompt-lookup")) lookup_mode = std::atoi(argv[i + 1]) != 0;
+    if (!std::strcmp(argv[i], "--draft-mode")) tree_mode = !std::strcmp(argv[i + 1], "tree");
     if (!std::strcmp(argv[i], "--concurrency")) concurrencies = {std::atoi(argv[i + 1])};
   }
   for (int t : {1, AvailableCores()}) {
@@ -277,6 +285,7 @@ int main(int argc, char** argv) {
                              {"auto_nolog", -1, false},
                              {"off_nolog", 0, false}};
   if (lookup_mode) modes.push_back({"auto_lookup", -1, true, true});
+  if (tree_mode) modes.push_back({"auto_tree", -1, true, false, true});
   double off_at_one = 0;  // plain decoding's throughput at one client, when measured
   for (int conc : concurrencies) {
     const int per_client = requests > 0 ? requests : std::max(4, 64 / conc);
@@ -288,9 +297,10 @@ int main(int argc, char** argv) {
       }
     }
     for (const Mode& m : modes) {
-      std::vector<double> t, p50, p99, k_mean;
+      std::vector<double> t, p50, p99, k_mean, tree_share;
       for (const RunResult& rr : runs[m.name]) {
         k_mean.push_back(rr.k_mean);
+        tree_share.push_back(rr.tree_share);
         t.push_back(rr.tokens_per_second);
         p50.push_back(rr.p50);
         p99.push_back(rr.p99);
@@ -308,15 +318,17 @@ int main(int argc, char** argv) {
       Emit("serve_latency_p50", params, Median(p50), "s");
       Emit("serve_latency_p99", params, Median(p99), "s");
       Emit("serve_k_mean", params, Median(k_mean), "tokens");
+      if (m.tree) Emit("serve_tree_share", params, Median(tree_share), "fraction of steps");
       if (m.name == "off" && conc == 1) off_at_one = Median(t);
       if (m.name == "off" && conc > 1 && off_at_one > 0) {
         Emit("serve_off_scaling", params, Median(t) / off_at_one, "x one client");
       }
     }
-    std::vector<double> auto_over_off, overhead, overhead_plain, lookup_over_auto;
+    std::vector<double> auto_over_off, overhead, overhead_plain, lookup_over_auto, tree_over_auto;
     for (int r = 0; r < reps; ++r) {
       const double a = runs["auto"][r].tokens_per_second;
       if (lookup_mode) lookup_over_auto.push_back(runs["auto_lookup"][r].tokens_per_second / a);
+      if (tree_mode) tree_over_auto.push_back(runs["auto_tree"][r].tokens_per_second / a);
       auto_over_off.push_back(a / runs["off"][r].tokens_per_second);
       overhead.push_back(1.0 - a / runs["auto_nolog"][r].tokens_per_second);
       overhead_plain.push_back(1.0 - runs["off"][r].tokens_per_second /
@@ -328,6 +340,7 @@ int main(int argc, char** argv) {
     // The same at k = 0 in both: logging's own cost, apart from any choice of k it moves.
     Emit("serve_logging_overhead_plain", params, Median(overhead_plain), "fraction");
     if (lookup_mode) Emit("serve_lookup_over_auto", params, Median(lookup_over_auto), "ratio");
+    if (tree_mode) Emit("serve_tree_over_auto", params, Median(tree_over_auto), "ratio");
   }
   return 0;
 }

@@ -18,7 +18,8 @@ namespace specloop {
 struct SpecStep {
   // Index in Record::tokens of the first draft token (the position the step started at).
   uint32_t start_pos = 0;
-  // The k proposed tokens, in order.
+  // The k proposed tokens, in order. A token tree's step is logged as its accepted path (its
+  // other nodes are not kept): k = num_accepted, the rows those of the committed positions.
   std::vector<int32_t> draft_tokens;
   // How many of the draft tokens the target accepted, 0..k.
   uint32_t num_accepted = 0;

@@ -4,11 +4,17 @@
 // trainer/train_command.h; serve/main.cc composes them.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include <CLI/CLI.hpp>
 
 namespace specloop {
 
 void AddGenerateCommand(CLI::App& app, int* exit_code);
+// `--tree B0,B1,...` (generate and serve): children per node at each depth, each in [1, 16],
+// at most 16 levels. False (out untouched) on anything else.
+bool ParseTreeBranching(const std::string& text, std::vector<int>* out);
 void AddConvertCommand(CLI::App& app, int* exit_code);
 // `specloop serve` (serve/serve_command.cc, library specloop_serve).
 void AddServeCommand(CLI::App& app, int* exit_code);

@@ -5,6 +5,7 @@
 #include "common/model/threads.h"
 #include <nlohmann/json.hpp>
 
+#include "common/engine/decode_step.h"
 #include "common/engine/draft_model_proposer.h"
 #include "common/engine/generate.h"
 #include "common/engine/speculative_decoder.h"
@@ -61,6 +62,7 @@ int RunGenerate(const GenerateArgs& a) {
   std::unique_ptr<LlamaModel> draft;
   std::unique_ptr<DraftModelProposer> model_proposer;
   std::unique_ptr<Proposer> lookup_proposer, fallback;
+  std::unique_ptr<TreeAcceptance> tree;
   Proposer* proposer = nullptr;
   SpeculationPolicy policy;
   StepCostTable costs;
@@ -78,15 +80,17 @@ int RunGenerate(const GenerateArgs& a) {
         std::make_unique<DraftModelProposer>(draft.get(), opt.sampling, a.min_confidence);
     if (a.draft_mode == "tree") {
       std::vector<int> branching;
-      std::stringstream ss(a.tree);
-      for (std::string item; std::getline(ss, item, ',');) {
-        branching.push_back(std::atoi(item.c_str()));
-        if (branching.back() < 1 || branching.back() > 16) {
-          std::cerr << "specloop generate: --tree takes branching factors in [1, 16]\n";
-          return 2;
-        }
+      if (!ParseTreeBranching(a.tree, &branching)) {
+        std::cerr << "specloop generate: --tree takes branching factors in [1, 16], e.g. 2,2,1,1\n";
+        return 2;
       }
-      model_proposer->set_tree_branching(branching);
+      // --k auto offers trees beside chains, step by step, where they pay; a fixed k drafts
+      // trees of depth k.
+      if (a.k == "auto") {
+        tree = std::make_unique<TreeAcceptance>(branching);
+      } else {
+        model_proposer->set_tree_branching(branching);
+      }
     }
     proposer = model_proposer.get();
   }
@@ -103,6 +107,7 @@ int RunGenerate(const GenerateArgs& a) {
     if (a.k == "auto") {
       spec_opt.policy = &policy;
       spec_opt.costs = &costs;
+      spec_opt.tree = tree.get();
       CalibrationOptions co;
       co.context = std::min<int>(256, prompt.size() + opt.max_tokens / 2);
       co.sampling = opt.sampling;
@@ -160,6 +165,25 @@ int RunGenerate(const GenerateArgs& a) {
 
 }  // namespace
 
+bool ParseTreeBranching(const std::string& text, std::vector<int>* out) {
+  std::vector<int> branching;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    size_t used = 0;
+    int b = 0;
+    try {
+      b = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      return false;
+    }
+    if (used != item.size() || b < 1 || b > 16) return false;
+    branching.push_back(b);
+  }
+  if (branching.empty() || branching.size() > 16) return false;
+  *out = std::move(branching);
+  return true;
+}
+
 void AddGenerateCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("generate", "decode a prompt from the command line");
   auto a = std::make_shared<GenerateArgs>();
@@ -179,7 +203,9 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--draft", a->draft, "draft model directory: speculative decoding");
   cmd->add_option("--k", a->k, "draft tokens per step: a number, or auto")->capture_default_str();
-  cmd->add_option("--draft-mode", a->draft_mode, "chain or tree (a tree of candidates per step)")
+  cmd->add_option("--draft-mode", a->draft_mode,
+                  "chain, or tree: token trees of --tree's shape (with --k auto, step by step "
+                  "where they promise more tokens/s than a chain)")
       ->check(CLI::IsMember({"chain", "tree"}))
       ->capture_default_str();
   cmd->add_option("--tree", a->tree,

@@ -56,7 +56,12 @@ json SpeculativeJson(const SpeculativeUsage& s) {
            {{"steps", s.lookup.steps},
             {"drafted", s.lookup.drafted},
             {"accepted", s.lookup.accepted},
-            {"tested", s.lookup.tested}}}};
+            {"tested", s.lookup.tested}}},
+          {"tree",
+           {{"steps", s.tree.steps},
+            {"drafted", s.tree.drafted},
+            {"accepted", s.tree.accepted},
+            {"tested", s.tree.tested}}}};
 }
 
 ApiError ServerError(int status, const std::string& message) {

@@ -49,6 +49,7 @@ struct SpeculativeUsage {
     int64_t steps = 0, drafted = 0, accepted = 0, tested = 0;
   } suffix;
   Suffix lookup;  // likewise, the blocks of prompt lookup (--prompt-lookup)
+  Suffix tree;    // likewise, the draft's token trees (--draft-mode tree; drafted: nodes)
   // Per tested token, as specloop_acceptance_rate (independent of k).
   double acceptance_rate() const { return tested ? double(accepted) / tested : 0.0; }
 };

@@ -29,6 +29,10 @@ Scheduler::Scheduler(const LlamaModel* target, std::unique_ptr<LlamaModel> draft
       sample_logger_(sample_logger),
       options_(options) {
   step_rows_ = options_.k > 0 ? options_.k : options_.k < 0 ? options_.policy.k_max : 0;
+  if (!options_.tree_branching.empty() && options_.k != 0) {
+    const TreeAcceptance shape(options_.tree_branching);
+    step_rows_ = std::max(step_rows_, shape.Nodes(step_rows_));
+  }
   const int64_t per_block =
       target_->CacheBlockBytes() + (draft_ && options_.k != 0 ? draft_->CacheBlockBytes() : 0);
   pool_blocks_ =
@@ -120,6 +124,12 @@ SpeculationPolicy* Scheduler::PolicyFor(const std::string& label, uint64_t draft
   return p.get();
 }
 
+TreeAcceptance* Scheduler::TreeFor(const std::string& label, uint64_t draft_version) {
+  auto& t = trees_[{label, draft_version}];
+  if (!t) t = std::make_unique<TreeAcceptance>(options_.tree_branching);
+  return t.get();
+}
+
 void Scheduler::Loop() {
   c10::InferenceMode guard;
   while (true) {
@@ -168,6 +178,7 @@ void Scheduler::InstallDraft(DraftCandidate candidate) {
       if (slot.draft_proposer) slot.draft_proposer->SetDraft(candidate.model.get(), pool);
       seq->draft_version = version;  // reported in the response (the record keeps its start)
       if (slot.policy) slot.policy = PolicyFor(seq->series->label, version);
+      if (slot.tree) slot.tree = TreeFor(seq->series->label, version);
     };
     for (auto& seq : active_) swap(seq.get());
     for (auto& seq : preempted_) swap(seq.get());
@@ -176,6 +187,9 @@ void Scheduler::InstallDraft(DraftCandidate candidate) {
     // Acceptance is per draft version: the old version's estimates go.
     for (auto it = policies_.begin(); it != policies_.end();) {
       it = it->first.second == version ? std::next(it) : policies_.erase(it);
+    }
+    for (auto it = trees_.begin(); it != trees_.end();) {
+      it = it->first.second == version ? std::next(it) : trees_.erase(it);
     }
     draft_ = std::move(candidate.model);  // the old draft is no longer referenced
     draft_version_ = version;
@@ -247,6 +261,13 @@ void Scheduler::Admit() {
       }
       slot.fixed_k = std::max(0, options_.k);
       if (options_.k < 0) slot.policy = PolicyFor(seq->series->label, draft_version_);
+      if (!options_.tree_branching.empty() && slot.draft_proposer != nullptr) {
+        if (options_.k < 0) {
+          slot.tree = TreeFor(seq->series->label, draft_version_);
+        } else {
+          slot.draft_proposer->set_tree_branching(options_.tree_branching);
+        }
+      }
       const int greedy = p.generate.sampling.greedy() ? 0 : 1;
       if (options_.k < 0 && options_.prompt_lookup) {
         seq->lookup = std::make_unique<PromptLookupProposer>(target_->config().vocab_size,
@@ -281,9 +302,28 @@ void Scheduler::Admit() {
         // The logger's share of a step is part of what its rows cost.
         Sequence* s = seq.get();
         slot.on_commit = [this, s](const DecodeSlot& done, const at::Tensor& rows) {
-          const std::vector<int>& block = done.decoder->draft().tokens;
-          const int drafted = static_cast<int>(block.size());
-          sample_logger_->AddStep(s->trace, done.start_pos, block, done.decoder->last_accepted(),
+          const DraftBlock& block = done.decoder->draft();
+          const int drafted = static_cast<int>(block.tokens.size());
+          if (block.is_tree()) {
+            // A tree is logged as its accepted path: the target's rows at the positions it
+            // committed (the row before the tree, then each path node's).
+            const std::vector<int>& path = done.decoder->last_tree_path();
+            const int64_t c = rows.size(0) - drafted;  // catch-up rows, the pending token last
+            std::vector<int64_t> index = {c - 1};
+            std::vector<int> tokens;
+            for (int node : path) {
+              index.push_back(c + node);
+              tokens.push_back(block.tokens[node]);
+            }
+            const at::Tensor picked = rows.index_select(
+                0, at::from_blob(index.data(), {static_cast<int64_t>(index.size())}, at::kLong)
+                       .clone());
+            sample_logger_->AddStep(s->trace, done.start_pos, tokens,
+                                    static_cast<int>(path.size()), picked);
+            return;
+          }
+          sample_logger_->AddStep(s->trace, done.start_pos, block.tokens,
+                                  done.decoder->last_accepted(),
                                   rows.narrow(0, rows.size(0) - (drafted + 1), drafted + 1));
         };
       }
@@ -481,7 +521,14 @@ void Scheduler::Step() {
       const int drafted = static_cast<int>(seq->decoder->draft().tokens.size());
       const int accepted = seq->decoder->last_accepted();
       const SpeculativeDecoder::OptimalAcceptance& optimal = seq->decoder->last_optimal();
-      if (slot->used_suffix) {
+      if (slot->used_tree || seq->decoder->draft().is_tree()) {
+        metrics_->ObserveTreeStep(seq->series, drafted, accepted,
+                                  static_cast<int>(slot->emitted.size()));
+        seq->tree_usage.steps++;
+        seq->tree_usage.drafted += drafted;
+        seq->tree_usage.accepted += accepted;
+        seq->tree_usage.tested += seq->decoder->last_tested();
+      } else if (slot->used_suffix) {
         metrics_->ObserveSuffixStep(seq->series, drafted, accepted,
                                     static_cast<int>(slot->emitted.size()), slot->used_lookup);
         SpeculativeUsage::Suffix& usage =
@@ -497,7 +544,7 @@ void Scheduler::Step() {
       }
       metrics_->ObserveDecodeTime(seq->series, step_seconds,
                                   static_cast<int>(slot->emitted.size()), plain_step_seconds);
-      if (swap_hook_ && drafted > 0 && !slot->used_suffix) {
+      if (swap_hook_ && drafted > 0 && !slot->used_suffix && !seq->decoder->draft().is_tree()) {
         swap_hook_->ObserveAcceptance(draft_version_, seq->series->label, drafted, accepted);
       }
       if (drafted > 0 && slot->draft_seconds > 0) {
@@ -606,6 +653,7 @@ void Scheduler::Finish(Sequence* seq, const std::string& reason) {
   done.speculative.draft_version = seq->draft_version;
   done.speculative.suffix = seq->suffix_usage;
   done.speculative.lookup = seq->lookup_usage;
+  done.speculative.tree = seq->tree_usage;
   seq->channel->Post(std::move(done));
   metrics_->ObserveRequest(seq->series, reason, SecondsSince(seq->channel->created()),
                            seq->ttft_seconds, static_cast<int>(p.prompt.size()));

@@ -70,6 +70,12 @@ struct SchedulerOptions {
   // (common/spec/prompt_lookup_proposer.h), taken where that block promises more tokens per
   // second than the draft and the suffix block, by its own acceptance per domain. Default: false.
   bool prompt_lookup = false;
+  // Token trees (--draft-mode tree): children per node at each depth; empty: chains only.
+  // With adaptive k each step of each sequence drafts a tree where it promises more tokens
+  // per second than the policy's chain (TreeAcceptance per domain and draft version,
+  // common/engine/decode_step.h); with a fixed k every step drafts a tree of depth k.
+  // Default: empty.
+  std::vector<int> tree_branching;
   // Memory for the KV caches of the target and the draft together, in MiB: one pool of
   // KVBlockPool::kBlockTokens-position blocks per model, as many blocks in each. A request is
   // admitted while blocks are free for it, one that could never fit is refused, and
@@ -142,6 +148,7 @@ class Scheduler {
   void Fail(Sequence* seq, int http_status, const std::string& message);
   void Finish(Sequence* seq, const std::string& reason);
   SpeculationPolicy* PolicyFor(const std::string& domain_label, uint64_t draft_version);
+  TreeAcceptance* TreeFor(const std::string& domain_label, uint64_t draft_version);
 
   const LlamaModel* target_;
   std::unique_ptr<LlamaModel> draft_;  // owned by the scheduler thread after Start()
@@ -152,7 +159,8 @@ class Scheduler {
   DraftSwapHook* swap_hook_ = nullptr;
 
   // The KV cache pools (the draft's null when k == 0), of pool_blocks_ blocks each, and the
-  // most positions a step adds to a sequence's cache beyond its tokens (the largest k).
+  // most positions a step adds to a sequence's cache beyond its tokens (the largest k, or a
+  // tree's nodes).
   int64_t pool_blocks_ = 0;
   int step_rows_ = 0;
   std::shared_ptr<KVBlockPool> target_pool_, draft_pool_;
@@ -163,6 +171,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Sequence>> preempted_;
   // By domain label and draft version (only the current version's are kept).
   std::map<std::pair<std::string, uint64_t>, std::unique_ptr<SpeculationPolicy>> policies_;
+  std::map<std::pair<std::string, uint64_t>, std::unique_ptr<TreeAcceptance>> trees_;
   // By domain label: earlier requests' tokens, and the acceptance of suffix blocks apart for
   // greedy [0] and sampled [1] requests. A deterministic block is accepted with the target's
   // probability of its tokens: near 1 where a greedy request repeats an earlier greedy answer,

@@ -41,6 +41,7 @@ struct Sequence {
   uint64_t draft_version = 0;
   SpeculativeUsage::Suffix suffix_usage;           // the suffix proposer's steps so far
   SpeculativeUsage::Suffix lookup_usage;           // prompt lookup's steps so far
+  SpeculativeUsage::Suffix tree_usage;             // token-tree steps so far
   bool got_first_token = false;
   double ttft_seconds = -1;
   bool done = false;                               // retired at the end of the iteration

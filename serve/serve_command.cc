@@ -47,6 +47,7 @@ struct ServeArgs {
   bool no_log = false;
   bool no_suffix = false;
   bool prompt_lookup = false;
+  std::string draft_mode = "chain", tree = "2,2,1,1";
   double kv_cache_mb = 0;
   bool no_prefix_caching = false;
 };
@@ -98,6 +99,11 @@ int RunServe(const ServeArgs& a) {
       std::cerr << "specloop serve: --k takes auto or a number >= 0\n";
       return 2;
     }
+  }
+  std::vector<int> branching;
+  if (a.draft_mode == "tree" && !ParseTreeBranching(a.tree, &branching)) {
+    std::cerr << "specloop serve: --tree takes branching factors in [1, 16], e.g. 2,2,1,1\n";
+    return 2;
   }
   LoadOptions load;
   load.device = a.device;
@@ -186,6 +192,7 @@ int RunServe(const ServeArgs& a) {
   so.policy.k_max = a.k_max;
   if (a.no_suffix) so.suffix_tokens = 0;
   so.prompt_lookup = a.prompt_lookup;
+  so.tree_branching = branching;
   so.kv_cache_mb = a.kv_cache_mb;
   so.prefix_caching = !a.no_prefix_caching;
   Scheduler scheduler(target.get(), std::move(draft), tokenizer.get(), metrics.get(),
@@ -323,6 +330,14 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                 "with --k auto, also draft from the request's own context (the tokens after the "
                 "last earlier occurrence of its last 2-4 tokens) where that promises more "
                 "tokens/s than the draft and the suffix block");
+  cmd->add_option("--draft-mode", a->draft_mode,
+                  "chain, or tree: token trees of --tree's shape (with --k auto, per sequence "
+                  "and step where they promise more tokens/s than a chain)")
+      ->check(CLI::IsMember({"chain", "tree"}))
+      ->capture_default_str();
+  cmd->add_option("--tree", a->tree,
+                  "tree mode: children per node at each depth; the depth is at most --k")
+      ->capture_default_str();
   cmd->add_option("--kv-cache-mb", a->kv_cache_mb,
                   "KV cache memory of the target and the draft, MiB (0: max-batch sequences at "
                   "the context limit); requests wait for blocks, and longer ones get a 400")

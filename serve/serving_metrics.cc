@@ -69,6 +69,12 @@ Status ServingMetrics::Register() {
           d, &lookup_drafted_);
   counter("specloop_lookup_accepted_tokens_total", "Prompt-lookup tokens accepted.", {"domain"},
           d, &lookup_accepted_);
+  counter("specloop_tree_steps_total", "Steps that verified a token tree of the draft's.",
+          {"domain"}, d, &tree_steps_);
+  counter("specloop_tree_draft_tokens_total", "Token-tree nodes proposed.", {"domain"}, d,
+          &tree_drafted_);
+  counter("specloop_tree_accepted_tokens_total", "Token-tree nodes accepted (the path taken).",
+          {"domain"}, d, &tree_accepted_);
   counter("specloop_accepted_tokens_total", "Draft tokens accepted.", {"domain"}, d, &accepted_);
   counter("specloop_decode_seconds_total",
           "Decode steps' seconds, summed over the sequences in them (each counts the whole step).",
@@ -173,6 +179,9 @@ ServingMetrics::DomainSeries* ServingMetrics::ForDomain(const std::string& label
     d->lookup_steps = &lookup_steps_->Add(l);
     d->lookup_draft_tokens = &lookup_drafted_->Add(l);
     d->lookup_accepted_tokens = &lookup_accepted_->Add(l);
+    d->tree_steps = &tree_steps_->Add(l);
+    d->tree_draft_tokens = &tree_drafted_->Add(l);
+    d->tree_accepted_tokens = &tree_accepted_->Add(l);
     d->draft_tokens = &drafted_->Add(l);
     d->accepted_tokens = &accepted_->Add(l);
     for (int i = 0; i < std::max(1, options_.k_max); ++i) {
@@ -220,6 +229,15 @@ void ServingMetrics::ObserveSuffixStep(DomainSeries* d, int drafted, int accepte
   (lookup ? d->lookup_steps : d->suffix_steps)->Increment();
   (lookup ? d->lookup_draft_tokens : d->suffix_draft_tokens)->Increment(drafted);
   (lookup ? d->lookup_accepted_tokens : d->suffix_accepted_tokens)->Increment(accepted);
+}
+
+void ServingMetrics::ObserveTreeStep(DomainSeries* d, int nodes, int accepted, int emitted) {
+  d->steps->Increment();
+  d->generated_tokens->Increment(emitted);
+  d->tokens_per_step->Observe(emitted);
+  d->tree_steps->Increment();
+  d->tree_draft_tokens->Increment(nodes);
+  d->tree_accepted_tokens->Increment(accepted);
 }
 
 void ServingMetrics::ObserveDecodeTime(DomainSeries* d, double seconds, int emitted,

@@ -53,6 +53,9 @@ class ServingMetrics {
     metrics::Counter* lookup_steps;  // prompt lookup's blocks, likewise
     metrics::Counter* lookup_draft_tokens;
     metrics::Counter* lookup_accepted_tokens;
+    metrics::Counter* tree_steps;  // the draft's token trees, likewise
+    metrics::Counter* tree_draft_tokens;
+    metrics::Counter* tree_accepted_tokens;
     metrics::Counter* draft_tokens;
     metrics::Counter* accepted_tokens;
     std::vector<metrics::Counter*> accepted_at;  // [position]
@@ -77,6 +80,10 @@ class ServingMetrics {
   // model's acceptance (nor its drift).
   void ObserveSuffixStep(DomainSeries* d, int drafted, int accepted, int emitted,
                          bool lookup = false);
+  // A step that verified a token tree of `nodes` nodes (--draft-mode tree), `accepted` of them
+  // on the accepted path: counted as a step, and in the tree families, not in the chains'
+  // acceptance per position (a tree's is higher by construction) nor its drift.
+  void ObserveTreeStep(DomainSeries* d, int nodes, int accepted, int emitted);
   // One sequence's share of a decode step: the step took `seconds` and emitted `emitted`
   // tokens for it, where a plain step of the same batch would take `plain_step_seconds`
   // (the step cost table's estimate). Per domain, specloop_decode_seconds_total sums the
@@ -130,7 +137,8 @@ class ServingMetrics {
 
   metrics::Family<metrics::Counter>*requests_, *http_errors_, *prompt_tokens_, *generated_,
       *steps_, *drafts_, *suffix_steps_, *suffix_drafted_, *suffix_accepted_, *lookup_steps_,
-      *lookup_drafted_, *lookup_accepted_, *drafted_, *accepted_, *accepted_at_, *drift_events_,
+      *lookup_drafted_, *lookup_accepted_, *tree_steps_, *tree_drafted_, *tree_accepted_,
+      *drafted_, *accepted_, *accepted_at_, *drift_events_,
       *swaps_, *swap_failures_, *rollbacks_,
       *records_written_, *records_dropped_, *scheduler_errors_, *decode_seconds_,
       *plain_seconds_, *preemptions_, *prefix_queries_, *prefix_hits_;

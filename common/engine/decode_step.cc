@@ -106,7 +106,50 @@ bool TakeModelFreeBlock(const StepCostTable& costs, int batch, int64_t context,
   return true;
 }
 
+// Decides between the policy's chain of slot->k (> 0) and a token tree (TreeAcceptance) and
+// sets the draft proposer's branching accordingly; a tree step's slot->k is its depth.
+void ChooseTree(const StepCostTable& costs, int batch, int64_t context, DecodeSlot* slot) {
+  TreeAcceptance& tree = *slot->tree;
+  const int depth_max = std::min<int>(slot->policy->options().k_max, tree.branching.size());
+  int best = 0;
+  double best_rate = 0;
+  for (int d = 1; d <= depth_max; ++d) {
+    const double rate = tree.Rate(costs, d, batch, context);
+    if (rate > best_rate) {
+      best = d;
+      best_rate = rate;
+    }
+  }
+  // The tree must beat the chain and plain decoding (the chain's k may be the policy's probe).
+  const double chain_rate = std::max(slot->policy->ExpectedRate(costs, slot->k, batch, context),
+                                     slot->policy->ExpectedRate(costs, 0, batch, context));
+  const bool take = best > 0 && (best_rate > chain_rate ||
+                                 ++tree.lost % TreeAcceptance::kProbeInterval == 0);
+  slot->used_tree = take;
+  if (take) slot->k = best;
+  slot->draft_proposer->set_tree_branching(take ? tree.branching : std::vector<int>());
+}
+
 }  // namespace
+
+int TreeAcceptance::Nodes(int depth) const {
+  int nodes = 0, level = 1;
+  for (int d = 0; d < depth && d < static_cast<int>(branching.size()); ++d) {
+    level *= branching[d];
+    nodes += level;
+  }
+  return nodes;
+}
+
+double TreeAcceptance::Rate(const StepCostTable& costs, int depth, int batch,
+                            int64_t context) const {
+  batch = std::max(1, batch);
+  double draft = costs.DraftSeconds(1);
+  for (int d = 1; d < depth; ++d) draft += costs.DraftSeconds(Nodes(d));
+  const double seconds = batch * draft + costs.TargetSeconds(batch * (Nodes(depth) + 1),
+                                                             static_cast<double>(context));
+  return seconds > 0 ? spec::ExpectedTokensPerStep(alpha.alpha(), depth) / seconds : 0.0;
+}
 
 void DecodeStep(const LlamaModel& target, StepCostTable* costs,
                 const std::vector<DecodeSlot*>& slots, DecodeStepTimes* times,
@@ -119,6 +162,7 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     slot->k = 0;
     slot->used_suffix = false;
     slot->used_lookup = false;
+    slot->used_tree = false;
     slot->used_acceptance = nullptr;
     slot->emitted.clear();
     slot->error.clear();
@@ -133,6 +177,13 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
         if ((slot->suffix != nullptr || slot->lookup != nullptr) &&
             TakeModelFreeBlock(*costs, batch, context, slot)) {
           continue;
+        }
+        if (slot->tree != nullptr && slot->draft_proposer != nullptr) {
+          if (slot->k > 0) {
+            ChooseTree(*costs, batch, context, slot);
+          } else {
+            slot->draft_proposer->set_tree_branching({});
+          }
         }
       } else {
         slot->k = slot->fixed_k;
@@ -167,6 +218,7 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     if (!slot->error.empty()) continue;
     SpeculativeDecoder& decoder = *slot->decoder;
     if (slot->draft_proposer != nullptr && !slot->used_suffix) decoder.EndPropose();
+    if (!decoder.draft().is_tree()) slot->used_tree = false;  // dropped: did not fit
     slot->draft_seconds = slot->used_suffix ? 0.0 : slot->proposer->last_propose_seconds();
     slot->start_pos = static_cast<uint32_t>(decoder.tokens().size());
     ForwardInput in = decoder.TargetInput();
@@ -226,6 +278,20 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       continue;
     }
     const int drafted = static_cast<int>(slot->decoder->draft().tokens.size());
+    if (slot->used_tree) {
+      // Its acceptance per depth; its level forwards price both trees and batched chains (a
+      // draft forward over that many new rows).
+      slot->tree->alpha.Observe(slot->k, slot->decoder->last_accepted());
+      draft_ran = true;
+      if (costs != nullptr) {
+        const Proposer::CatchUp catch_up = slot->proposer->last_catch_up();
+        costs->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
+        for (const auto& f : slot->draft_proposer->last_tree_forwards()) {
+          costs->ObserveDraft(f.rows, f.seconds);
+        }
+      }
+      continue;
+    }
     if (slot->used_suffix) {
       slot->used_acceptance->by_match[slot->suffix_bucket].Observe(
           drafted, slot->decoder->last_accepted());

@@ -4,8 +4,9 @@
 //   1. picks k: fixed, or its SpeculationPolicy's choice for this batch size, context,
 //      catch-up and remaining tokens, priced by the StepCostTable; with a suffix proposer or
 //      prompt lookup (adaptive k only), the model-free block that promises the most tokens per
-//      second instead, where it beats that k (see SuffixAcceptance). The choice reads the
-//      context and past steps only, so verification stays exact;
+//      second instead, where it beats that k (see SuffixAcceptance); with a TreeAcceptance, a
+//      token tree where it promises more than that k. The choice reads the context and past
+//      steps only, so verification stays exact;
 //   2. drafts: the sequences that draft with a model together (DraftModelProposer::ProposeBatch:
 //      one batched draft forward per drafted position), the others through their proposer;
 //   3. runs ONE target forward over every sequence's pending token and drafts;
@@ -58,6 +59,30 @@ struct SuffixAcceptance {
   int64_t lost[kBuckets] = {};  // blocks that lost to the draft, for the probes
 };
 
+// Token trees on offer beside chains (adaptive k only; DraftModelProposer::set_tree_branching),
+// per domain and draft version: the tree's shape, its per-depth acceptance (the chance that
+// some child of an accepted node is accepted, a chain's alpha where each node has one child),
+// and the steps it lost. A step drafts a tree of depth d where
+//   tau(alpha_tree, d) / (batch * tree_draft(d) + target(batch * (nodes(d) + 1), L))
+// beats the policy's expected rate at its k: tree_draft(d) is the draft's forwards for one
+// sequence (the first feeds the context, each next one the tree so far: draft(nodes(j)) from
+// the step cost table), not batched across sequences, so trees pay mostly at small batches.
+// As for suffix blocks, every kProbeInterval-th lost step drafts a tree anyway, so that its
+// alpha is measured (a tree's prior is the policy's, which a chain's measured alpha usually
+// beats).
+struct TreeAcceptance {
+  static constexpr int kProbeInterval = 32;
+  explicit TreeAcceptance(std::vector<int> branching_) : branching(std::move(branching_)) {}
+  // Nodes of a tree of `depth` levels (depth <= branching.size()).
+  int Nodes(int depth) const;
+  // Expected tokens per second of one sequence's tree step of `depth`, in a batch.
+  double Rate(const StepCostTable& costs, int depth, int batch, int64_t context) const;
+
+  std::vector<int> branching;  // children per node at each depth
+  spec::AcceptanceEstimator alpha{0.6, 8, 32};
+  int64_t lost = 0;
+};
+
 struct DecodeSlot {
   // Set by the caller (not owned).
   SpeculativeDecoder* decoder = nullptr;
@@ -74,6 +99,9 @@ struct DecodeSlot {
   // step takes whichever model-free block promises the most, where it beats the policy's k.
   PromptLookupProposer* lookup = nullptr;
   SuffixAcceptance* lookup_acceptance = nullptr;
+  // Optional (adaptive k, draft_proposer set): token trees on offer (TreeAcceptance); the step
+  // sets the draft proposer's branching to the tree's or to none.
+  TreeAcceptance* tree = nullptr;
   // Called after verification with this step's target rows (the last drafted + 1 are the
   // verified ones; the block is decoder->draft()); its time counts as the rows' cost. May
   // throw (the slot fails).
@@ -83,6 +111,7 @@ struct DecodeSlot {
   int k = 0;                      // asked
   bool used_suffix = false;       // the block came from a model-free proposer:
   bool used_lookup = false;       // ... prompt lookup's (else the suffix proposer's),
+  bool used_tree = false;         // the block is a token tree of depth k
   SuffixAcceptance* used_acceptance = nullptr;  // ... priced by this acceptance,
   int suffix_bucket = 0;          // ... from a match of this SuffixAcceptance bucket
   uint32_t start_pos = 0;         // the pending token's position

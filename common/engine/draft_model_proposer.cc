@@ -101,6 +101,7 @@ ForwardInput DraftModelProposer::PrefillInput(const std::vector<int>& context, s
 
 void DraftModelProposer::Begin(DraftBlock* out) {
   out->Clear();
+  tree_forwards_.clear();
   last_seconds_ = 0.0;
   last_catch_up_ = CatchUp();
 }
@@ -307,9 +308,13 @@ void DraftModelProposer::ProposeTree(int max_k, at::Tensor logits, DraftBlock* o
     cache_.Truncate(tree_past_);
     ForwardInput in{&cache_, std::vector<int64_t>(out->tokens.begin(), out->tokens.end()), true,
                     out->parents};
+    const auto t0 = std::chrono::steady_clock::now();
     logits = draft_->Forward({std::move(in)})
                  .narrow(0, out->tokens.size() - level.size(), level.size())
                  .contiguous();
+    tree_forwards_.push_back(
+        {static_cast<int>(out->tokens.size()),
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
     ++*forwards;
   }
   if (!greedy) out->probs.resize((out->tokens.size() + 1) * V, 0.0f);

@@ -74,6 +74,14 @@ class DraftModelProposer : public Proposer {
   // Draft trees instead of chains: children per node at each depth (e.g. {3, 2, 1, 1}); empty
   // for chains. Verification needs a tree-aware verifier (SpeculativeDecoder handles both).
   void set_tree_branching(std::vector<int> branching) { branching_ = std::move(branching); }
+  const std::vector<int>& tree_branching() const { return branching_; }
+  // The last tree's level forwards (after the first, which feeds the context): the nodes each
+  // fed (the whole tree so far) and its seconds, for the step cost table.
+  struct LevelForward {
+    int rows;
+    double seconds;
+  };
+  const std::vector<LevelForward>& last_tree_forwards() const { return tree_forwards_; }
 
  private:
   // The forward input feeding the context tokens the cache lacks (after rolling back what the
@@ -104,6 +112,7 @@ class DraftModelProposer : public Proposer {
   // The last tree drafted, while its nodes sit in the cache: slot tree_past_ + i holds node i.
   DraftBlock tree_;
   int64_t tree_past_ = -1;
+  std::vector<LevelForward> tree_forwards_;
   SamplingParams sampling_;
   float min_confidence_;
   Rng rng_;

@@ -190,10 +190,15 @@ std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
   const size_t before = tokens_.size();
   last_optimal_ = OptimalAcceptance();
   last_tested_ = 0;
+  last_tree_path_.clear();
   if (draft_.is_tree()) {
     // Keep the catch-up tokens and the accepted path in the cache, in order.
     std::vector<int> path;
     VerifyTree(logits, &outcome, &path);
+    const int c = logits.size(0) - k;
+    for (int row : path) {
+      if (row >= c) last_tree_path_.push_back(row - c);
+    }
     const int64_t past = cached_.size();
     cache_.KeepPath(past, path);
     cached_.insert(cached_.end(), tokens_.begin() + cached_.size(), tokens_.end());
@@ -300,6 +305,7 @@ SpeculativeGeneration::SpeculativeGeneration(const LlamaModel& target, Proposer*
   slot_->proposer = proposer_;
   slot_->draft_proposer = dynamic_cast<DraftModelProposer*>(proposer_);
   slot_->policy = options_.policy;
+  if (options_.policy != nullptr && slot_->draft_proposer != nullptr) slot_->tree = options_.tree;
   slot_->fixed_k = options_.k;
 }
 

@@ -105,6 +105,9 @@ class SpeculativeDecoder {
   int last_accepted() const { return last_accepted_; }
   // Draft positions the last Commit() tested (see SpeculativeStats::tested).
   int last_tested() const { return last_tested_; }
+  // After a tree's Commit(): the accepted path, as indices into draft().tokens from the root
+  // down (last_accepted() of them); empty after a chain's.
+  const std::vector<int>& last_tree_path() const { return last_tree_path_; }
   // Tokens the request may still generate (max_tokens less those generated).
   int64_t remaining() const {
     return options_.max_tokens - static_cast<int64_t>(tokens_.size() - prompt_len_);
@@ -177,10 +180,13 @@ class SpeculativeDecoder {
   int last_k_ = 0;
   int last_accepted_ = 0;
   int last_tested_ = 0;
+  std::vector<int> last_tree_path_;
   OptimalAcceptance last_optimal_;
   ChainVerifier verifier_;
   MultiDraftVerifier multi_verifier_;
 };
+
+struct TreeAcceptance;
 
 struct SpeculativeOptions {
   GenerateOptions generate;
@@ -190,6 +196,9 @@ struct SpeculativeOptions {
   SpeculationPolicy* policy = nullptr;
   // Step costs (not owned; may be set without a policy): fed this request's timings.
   StepCostTable* costs = nullptr;
+  // With a policy and a DraftModelProposer: token trees on offer beside chains (not owned;
+  // decode_step.h). Null: chains only (a fixed k drafts what the proposer is set to).
+  TreeAcceptance* tree = nullptr;
 };
 
 // Decodes one sequence speculatively from `prompt` (BOS included). Timings as GeneratePlain:

@@ -12,6 +12,7 @@
 #include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
 
+#include "common/engine/decode_step.h"
 #include "common/engine/draft_model_proposer.h"
 #include "common/spec/prompt_lookup_proposer.h"
 #include "common/tokenizer/tokenizer.h"
@@ -55,6 +56,7 @@ TEST(SpeculativeDecoder, GreedyEqualsPlainGreedyOnEveryDomain) {
   for (const char* draft_name : {"draft-mix-1m", "draft-prose-1m"}) {
     auto draft = Load(draft_name);
     SpeculativeStats total;
+    TreeAcceptance trees({3, 2, 1});
     for (const char* domain : {"prose", "python", "c", "legal", "docs"}) {
       for (const auto& prompt : Prompts(*tok, domain, 2)) {
         const std::vector<int> plain = GeneratePlain(*target, prompt, g).tokens;
@@ -63,16 +65,22 @@ TEST(SpeculativeDecoder, GreedyEqualsPlainGreedyOnEveryDomain) {
         tree.set_tree_branching({3, 2, 1});
         PromptLookupProposer lookup(4096, true);
         FallbackProposer both(&lookup, &model);
-        SpeculationPolicy policy;
-        StepCostTable costs;
-        // Modes: fixed k, adaptive k, prompt lookup falling back to the draft, a token tree.
-        for (int mode = 0; mode < 4; ++mode) {
+        SpeculationPolicy policy, tree_policy;
+        StepCostTable costs, tree_costs;
+        // Modes: fixed k, adaptive k, prompt lookup falling back to the draft, a token tree,
+        // adaptive k with token trees on offer.
+        for (int mode = 0; mode < 5; ++mode) {
           SpeculativeOptions o;
           o.generate = g;
           o.k = 5;
           if (mode == 1) {
             o.policy = &policy;
             o.costs = &costs;
+          }
+          if (mode == 4) {
+            o.policy = &tree_policy;
+            o.costs = &tree_costs;
+            o.tree = &trees;
           }
           Proposer* p = mode == 2 ? static_cast<Proposer*>(&both) : &model;
           if (mode == 3) p = &tree;
@@ -87,6 +95,7 @@ TEST(SpeculativeDecoder, GreedyEqualsPlainGreedyOnEveryDomain) {
     EXPECT_GT(total.drafted, 200) << draft_name;
     EXPECT_GT(total.accepted, 20) << draft_name;
     EXPECT_LT(total.accepted, total.drafted) << draft_name;
+    EXPECT_GT(trees.alpha.weight(), 8.5) << draft_name << ": trees on offer were drafted";
   }
 }
 
@@ -559,6 +568,70 @@ TEST(SpeculativeDecoder, AdaptivePolicyLeavesTheDraftIdleWhenItsCatchUpDoesNotPa
   // The same policy with a cheap catch-up speculates (the check above can fail).
   const SpeculativeStats busy = run(1e-9);
   EXPECT_GT(busy.drafted, 0);
+}
+
+// DecodeStep with trees on offer (TreeAcceptance) drafts a tree where the tree's measured
+// acceptance makes it promise more tokens per second than the policy's chain, a chain where
+// the chain does, and a probe tree every kProbeInterval-th step the tree lost.
+TEST(DecodeStep, TakesATokenTreeWhereItPromisesMoreThanTheChain) {
+  c10::InferenceMode guard;
+  auto target = Load("target-6m");
+  auto draft = Load("draft-mix-1m");
+  std::vector<int> prompt(30, 300);
+  prompt[0] = 1;
+  GenerateOptions g;
+  g.max_tokens = 900;  // 40 steps of up to 9 tokens
+  g.stop_at_eos = false;
+  g.sampling.temperature = 0;
+  // Costs of a memory-bound target (a forward of any size alike) and a cheap draft.
+  StepCostTable costs;
+  for (int n = 1; n <= 16; ++n) {
+    costs.ObserveTarget(n, 0, 1e-3, true);
+    costs.ObserveDraft(n, 1e-4);
+  }
+  auto step = [&](double chain_alpha, double tree_alpha, int steps, int* trees) {
+    SpeculationPolicyOptions po;
+    po.prior_alpha = chain_alpha;
+    po.prior_weight = 1e12;
+    SpeculationPolicy policy(po);
+    TreeAcceptance tree({2, 2, 1, 1});
+    tree.alpha = spec::AcceptanceEstimator(tree_alpha, 1e12, 32);
+    DraftModelProposer proposer(draft.get(), g.sampling);
+    SpeculativeDecoder decoder(target.get(), &proposer, prompt, g);
+    DecodeSlot slot;
+    slot.decoder = &decoder;
+    slot.proposer = slot.draft_proposer = &proposer;
+    slot.policy = &policy;
+    slot.tree = &tree;
+    *trees = 0;
+    for (int i = 0; i < steps; ++i) {
+      DecodeStep(*target, &costs, {&slot});
+      EXPECT_TRUE(slot.error.empty()) << slot.error;
+      EXPECT_EQ(slot.used_tree, decoder.draft().is_tree());
+      if (slot.used_tree) {
+        ++*trees;
+        EXPECT_EQ(decoder.draft().tokens.size(),
+                  static_cast<size_t>(tree.Nodes(slot.k)));
+      }
+    }
+    return tree.lost;
+  };
+  int trees = 0;
+  // alpha 0.3 per chain position against 0.98 per tree depth: every step a tree.
+  EXPECT_EQ(step(0.3, 0.98, 3, &trees), 0);
+  EXPECT_EQ(trees, 3);
+  // The other way round: chains, but for the probe on the 32nd lost step.
+  EXPECT_EQ(step(0.9, 0.2, 40, &trees), 40);
+  EXPECT_EQ(trees, 1);
+}
+
+TEST(TreeAcceptance, CountsNodesByDepth) {
+  const TreeAcceptance t({2, 2, 1, 1});
+  EXPECT_EQ(t.Nodes(0), 0);
+  EXPECT_EQ(t.Nodes(1), 2);
+  EXPECT_EQ(t.Nodes(2), 6);
+  EXPECT_EQ(t.Nodes(4), 14);
+  EXPECT_EQ(t.Nodes(9), 14);  // no deeper than its shape
 }
 
 }  // namespace
