@@ -521,18 +521,15 @@ void Scheduler::Step() {
       const int drafted = static_cast<int>(seq->decoder->draft().tokens.size());
       const int accepted = seq->decoder->last_accepted();
       const SpeculativeDecoder::OptimalAcceptance& optimal = seq->decoder->last_optimal();
-      if (slot->used_tree || seq->decoder->draft().is_tree()) {
-        metrics_->ObserveTreeStep(seq->series, drafted, accepted,
-                                  static_cast<int>(slot->emitted.size()));
-        seq->tree_usage.steps++;
-        seq->tree_usage.drafted += drafted;
-        seq->tree_usage.accepted += accepted;
-        seq->tree_usage.tested += seq->decoder->last_tested();
-      } else if (slot->used_suffix) {
-        metrics_->ObserveSuffixStep(seq->series, drafted, accepted,
-                                    static_cast<int>(slot->emitted.size()), slot->used_lookup);
-        SpeculativeUsage::Suffix& usage =
-            slot->used_lookup ? seq->lookup_usage : seq->suffix_usage;
+      const bool tree = seq->decoder->draft().is_tree();
+      if (tree || slot->used_suffix) {
+        using Block = ServingMetrics::Block;
+        const Block block = tree ? Block::kTree : slot->used_lookup ? Block::kLookup : Block::kSuffix;
+        metrics_->ObserveBlockStep(seq->series, block, drafted, accepted,
+                                   static_cast<int>(slot->emitted.size()));
+        SpeculativeUsage::Suffix& usage = tree                ? seq->tree_usage
+                                          : slot->used_lookup ? seq->lookup_usage
+                                                              : seq->suffix_usage;
         usage.steps++;
         usage.drafted += drafted;
         usage.accepted += accepted;
@@ -544,7 +541,7 @@ void Scheduler::Step() {
       }
       metrics_->ObserveDecodeTime(seq->series, step_seconds,
                                   static_cast<int>(slot->emitted.size()), plain_step_seconds);
-      if (swap_hook_ && drafted > 0 && !slot->used_suffix && !seq->decoder->draft().is_tree()) {
+      if (swap_hook_ && drafted > 0 && !slot->used_suffix && !tree) {
         swap_hook_->ObserveAcceptance(draft_version_, seq->series->label, drafted, accepted);
       }
       if (drafted > 0 && slot->draft_seconds > 0) {

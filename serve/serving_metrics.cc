@@ -221,23 +221,28 @@ void ServingMetrics::ObserveStep(DomainSeries* d, int k, int drafted, int accept
   }
 }
 
-void ServingMetrics::ObserveSuffixStep(DomainSeries* d, int drafted, int accepted, int emitted,
-                                       bool lookup) {
+void ServingMetrics::ObserveBlockStep(DomainSeries* d, Block block, int drafted, int accepted,
+                                      int emitted) {
   d->steps->Increment();
   d->generated_tokens->Increment(emitted);
   d->tokens_per_step->Observe(emitted);
-  (lookup ? d->lookup_steps : d->suffix_steps)->Increment();
-  (lookup ? d->lookup_draft_tokens : d->suffix_draft_tokens)->Increment(drafted);
-  (lookup ? d->lookup_accepted_tokens : d->suffix_accepted_tokens)->Increment(accepted);
-}
-
-void ServingMetrics::ObserveTreeStep(DomainSeries* d, int nodes, int accepted, int emitted) {
-  d->steps->Increment();
-  d->generated_tokens->Increment(emitted);
-  d->tokens_per_step->Observe(emitted);
-  d->tree_steps->Increment();
-  d->tree_draft_tokens->Increment(nodes);
-  d->tree_accepted_tokens->Increment(accepted);
+  switch (block) {
+    case Block::kSuffix:
+      d->suffix_steps->Increment();
+      d->suffix_draft_tokens->Increment(drafted);
+      d->suffix_accepted_tokens->Increment(accepted);
+      break;
+    case Block::kLookup:
+      d->lookup_steps->Increment();
+      d->lookup_draft_tokens->Increment(drafted);
+      d->lookup_accepted_tokens->Increment(accepted);
+      break;
+    case Block::kTree:
+      d->tree_steps->Increment();
+      d->tree_draft_tokens->Increment(drafted);
+      d->tree_accepted_tokens->Increment(accepted);
+      break;
+  }
 }
 
 void ServingMetrics::ObserveDecodeTime(DomainSeries* d, double seconds, int emitted,

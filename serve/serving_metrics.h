@@ -75,15 +75,13 @@ class ServingMetrics {
   // acceptance windows and the drift detector when drafted > 0.
   void ObserveStep(DomainSeries* d, int k, int drafted, int accepted, int emitted,
                    double optimal = 0.0, int optimal_positions = 0);
-  // A step whose block came from the suffix proposer (or, `lookup`, from prompt lookup):
-  // counted as a step with its tokens, and in the suffix (lookup) families, not in the draft
-  // model's acceptance (nor its drift).
-  void ObserveSuffixStep(DomainSeries* d, int drafted, int accepted, int emitted,
-                         bool lookup = false);
-  // A step that verified a token tree of `nodes` nodes (--draft-mode tree), `accepted` of them
-  // on the accepted path: counted as a step, and in the tree families, not in the chains'
-  // acceptance per position (a tree's is higher by construction) nor its drift.
-  void ObserveTreeStep(DomainSeries* d, int nodes, int accepted, int emitted);
+  // Where a step's block came from, when not from the draft model's chain.
+  enum class Block { kSuffix, kLookup, kTree };
+  // A step whose block came from the suffix proposer, prompt lookup, or was a token tree of
+  // the draft's (`drafted`: its nodes; `accepted`: those on the path taken): counted as a step
+  // with its tokens, and in that block's families (specloop_suffix_*, _lookup_*, _tree_*), not
+  // in the chains' acceptance per position (a tree's is higher by construction) nor its drift.
+  void ObserveBlockStep(DomainSeries* d, Block block, int drafted, int accepted, int emitted);
   // One sequence's share of a decode step: the step took `seconds` and emitted `emitted`
   // tokens for it, where a plain step of the same batch would take `plain_step_seconds`
   // (the step cost table's estimate). Per domain, specloop_decode_seconds_total sums the

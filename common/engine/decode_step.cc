@@ -106,11 +106,14 @@ bool TakeModelFreeBlock(const StepCostTable& costs, int batch, int64_t context,
   return true;
 }
 
-// Decides between the policy's chain of slot->k (> 0) and a token tree (TreeAcceptance) and
-// sets the draft proposer's branching accordingly; a tree step's slot->k is its depth.
+// Decides between the policy's chain of slot->k and a token tree (TreeAcceptance; only where
+// the chain pays, k > 0) and sets the draft proposer's branching accordingly; a tree step's
+// slot->k is its depth.
 void ChooseTree(const StepCostTable& costs, int batch, int64_t context, DecodeSlot* slot) {
   TreeAcceptance& tree = *slot->tree;
-  const int depth_max = std::min<int>(slot->policy->options().k_max, tree.branching.size());
+  const int depth_max = slot->k > 0 ? std::min<int>(slot->policy->options().k_max,
+                                                    tree.branching.size())
+                                    : 0;
   int best = 0;
   double best_rate = 0;
   for (int d = 1; d <= depth_max; ++d) {
@@ -120,14 +123,20 @@ void ChooseTree(const StepCostTable& costs, int batch, int64_t context, DecodeSl
       best_rate = rate;
     }
   }
-  // The tree must beat the chain and plain decoding (the chain's k may be the policy's probe).
-  const double chain_rate = std::max(slot->policy->ExpectedRate(costs, slot->k, batch, context),
-                                     slot->policy->ExpectedRate(costs, 0, batch, context));
-  const bool take = best > 0 && (best_rate > chain_rate ||
-                                 ++tree.lost % TreeAcceptance::kProbeInterval == 0);
+  bool take = false;
+  if (best > 0) {
+    // The tree must beat the chain and plain decoding (the chain's k may be the policy's
+    // probe); a lost step counts towards the tree's probe.
+    const double chain_rate = std::max(slot->policy->ExpectedRate(costs, slot->k, batch, context),
+                                       slot->policy->ExpectedRate(costs, 0, batch, context));
+    take = best_rate > chain_rate || ++tree.lost % TreeAcceptance::kProbeInterval == 0;
+  }
   slot->used_tree = take;
   if (take) slot->k = best;
-  slot->draft_proposer->set_tree_branching(take ? tree.branching : std::vector<int>());
+  DraftModelProposer& proposer = *slot->draft_proposer;
+  if (take == proposer.tree_branching().empty()) {  // switching between chains and trees
+    proposer.set_tree_branching(take ? tree.branching : std::vector<int>());
+  }
 }
 
 }  // namespace
@@ -179,11 +188,7 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
           continue;
         }
         if (slot->tree != nullptr && slot->draft_proposer != nullptr) {
-          if (slot->k > 0) {
-            ChooseTree(*costs, batch, context, slot);
-          } else {
-            slot->draft_proposer->set_tree_branching({});
-          }
+          ChooseTree(*costs, batch, context, slot);
         }
       } else {
         slot->k = slot->fixed_k;

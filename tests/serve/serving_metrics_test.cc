@@ -43,7 +43,7 @@ TEST(ServingMetrics, SpeedOverPlainIsPlainStepSecondsOverStepSecondsPerToken) {
   m->ObserveDecodeTime(legal, 0.010, 5, 0.0);
   m->ObserveStep(python, 4, 4, 2, 3);
   m->ObserveStep(python, 4, 4, 4, 5);
-  m->ObserveSuffixStep(python, 6, 6, 7);  // not the draft's: out of its acceptance length
+  m->ObserveBlockStep(python, ServingMetrics::Block::kSuffix, 6, 6, 7);  // not the draft's: out of its acceptance length
   const std::map<std::string, ServingMetrics::DomainTotals> t = m->Totals();
   ASSERT_EQ(t.size(), 2u);
   EXPECT_NEAR(t.at("python").plain_seconds / t.at("python").decode_seconds, 2.4, 1e-9);
