@@ -25,6 +25,9 @@
 //                    [--prompt-lookup 1 (adds the mode auto_lookup: auto with prompt lookup)]
 //                    [--draft-mode tree (adds the mode auto_tree: auto with token trees of
 //                    2,2,1,1 on offer; also prints the share of steps that drafted a tree)]
+//                    [--ship 1 (adds the mode auto_ship: auto while a RecordShipper thread
+//                    tails the buffer into a redis-server on loopback, as `specloop buffer
+//                    ship` beside a worker would)]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -40,6 +43,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
+#include "buffer/record_shipper.h"
 #include "buffer/replay_logger.h"
 #include "common/base/rng.h"
 #include "common/model/threads.h"
@@ -67,6 +71,7 @@ struct Mode {
   bool log;
   bool lookup = false;  // SchedulerOptions::prompt_lookup
   bool tree = false;    // SchedulerOptions::tree_branching = {2, 2, 1, 1}
+  bool ship = false;    // a shipper tails the buffer (requires log)
 };
 
 struct RunResult {
@@ -123,6 +128,37 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
   int port = 0;
   (void)server.Bind(&port);
   std::thread server_thread([&] { (void)server.Run(); });
+  // Shipping: a redis-server and a shipper thread following the buffer, started before the
+  // clients (so that the warm-up's records are shipped as the timed ones are).
+  std::unique_ptr<e2e::TempDir> redis_dir;
+  std::unique_ptr<e2e::Child> redis;
+  std::unique_ptr<RecordShipper> shipper;
+  std::atomic<bool> stop_shipping{false};
+  std::thread ship_thread;
+  if (mode.ship) {
+    redis_dir = std::make_unique<e2e::TempDir>();
+    const int redis_port = e2e::FreePort();
+    redis = std::make_unique<e2e::Child>(
+        std::vector<std::string>{"redis-server", "--port", std::to_string(redis_port), "--bind",
+                                 "127.0.0.1", "--dir", redis_dir->path(), "--appendonly", "yes",
+                                 "--appendfsync", "always", "--save", ""},
+        /*echo=*/false);
+    ShipperOptions so;
+    so.buffer_dir = buffer_dir;
+    so.id = "serve_bench";
+    so.redis_port = redis_port;
+    Status s;
+    for (int i = 0; i < 200; ++i) {  // redis-server up within 10 s
+      s = RecordShipper::Open(so, &shipper);
+      if (s.ok()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!s.ok()) {
+      std::cerr << "serve_bench: shipper: " << s.ToString() << "\n";
+      std::exit(1);
+    }
+    ship_thread = std::thread([&] { shipper->Run(stop_shipping); });
+  }
 
   // Closed-loop clients sending `n` requests each; returns per-client latencies and tokens.
   std::vector<std::vector<double>> latencies(concurrency);
@@ -161,6 +197,13 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
   server.Stop();
   server_thread.join();
   scheduler.Stop();
+  if (ship_thread.joinable()) {
+    stop_shipping = true;
+    ship_thread.join();
+    std::cerr << "serve_bench: auto_ship shipped " << shipper->stats().records.load()
+              << " records (" << shipper->stats().bytes.load() / 1e6 << " MB)\n";
+    shipper.reset();
+  }
   sample_logger.reset();
   if (logger) (void)logger->Close();
   if (!buffer_dir.empty()) std::filesystem::remove_all(buffer_dir);
@@ -242,7 +285,7 @@ int main(int argc, char** argv) {
   using namespace specloop;
   std::string shared = SPECLOOP_SHARED_DIR, target = "target-wide-46m", dtype = "auto";
   int reps = 5, requests = 0, tokens = 64, warmup = 4, threads = 0;
-  bool lookup_mode = false, tree_mode = false;
+  bool lookup_mode = false, tree_mode = false, ship_mode = false;
   std::vector<int> concurrencies = {1, 4, 16};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--shared")) shared = argv[i + 1];
@@ -256,6 +299,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--prefix-caching")) prefix_caching = std::atoi(argv[i + 1]) != 0;
     if (!std::strcmp(argv[i], "--prompt-lookup")) lookup_mode = std::atoi(argv[i + 1]) != 0;
     if (!std::strcmp(argv[i], "--draft-mode")) tree_mode = !std::strcmp(argv[i + 1], "tree");
+    if (!std::strcmp(argv[i], "--ship")) ship_mode = std::atoi(argv[i + 1]) != 0;
     if (!std::strcmp(argv[i], "--concurrency")) concurrencies = {std::atoi(argv[i + 1])};
   }
   for (int t : {1, AvailableCores()}) {
@@ -286,6 +330,7 @@ int main(int argc, char** argv) {
                              {"off_nolog", 0, false}};
   if (lookup_mode) modes.push_back({"auto_lookup", -1, true, true});
   if (tree_mode) modes.push_back({"auto_tree", -1, true, false, true});
+  if (ship_mode) modes.push_back({"auto_ship", -1, true, false, false, true});
   double off_at_one = 0;  // plain decoding's throughput at one client, when measured
   for (int conc : concurrencies) {
     const int per_client = requests > 0 ? requests : std::max(4, 64 / conc);
@@ -324,11 +369,13 @@ int main(int argc, char** argv) {
         Emit("serve_off_scaling", params, Median(t) / off_at_one, "x one client");
       }
     }
-    std::vector<double> auto_over_off, overhead, overhead_plain, lookup_over_auto, tree_over_auto;
+    std::vector<double> auto_over_off, overhead, overhead_plain, lookup_over_auto, tree_over_auto,
+        ship_over_auto;
     for (int r = 0; r < reps; ++r) {
       const double a = runs["auto"][r].tokens_per_second;
       if (lookup_mode) lookup_over_auto.push_back(runs["auto_lookup"][r].tokens_per_second / a);
       if (tree_mode) tree_over_auto.push_back(runs["auto_tree"][r].tokens_per_second / a);
+      if (ship_mode) ship_over_auto.push_back(runs["auto_ship"][r].tokens_per_second / a);
       auto_over_off.push_back(a / runs["off"][r].tokens_per_second);
       overhead.push_back(1.0 - a / runs["auto_nolog"][r].tokens_per_second);
       overhead_plain.push_back(1.0 - runs["off"][r].tokens_per_second /
@@ -341,6 +388,7 @@ int main(int argc, char** argv) {
     Emit("serve_logging_overhead_plain", params, Median(overhead_plain), "fraction");
     if (lookup_mode) Emit("serve_lookup_over_auto", params, Median(lookup_over_auto), "ratio");
     if (tree_mode) Emit("serve_tree_over_auto", params, Median(tree_over_auto), "ratio");
+    if (ship_mode) Emit("serve_ship_over_auto", params, Median(ship_over_auto), "ratio");
   }
   return 0;
 }

@@ -1,4 +1,8 @@
-// `specloop buffer stats|export|verify DIR`: inspecting a replay buffer (DESIGN.md section 1).
+// `specloop buffer stats|export|verify DIR`: inspecting a replay buffer (DESIGN.md section 1);
+// `specloop buffer ship|ingest`: moving records through a Redis stream (many workers).
+#include <signal.h>
+
+#include <atomic>
 #include <ctime>
 #include <iomanip>
 #include <iostream>
@@ -10,6 +14,8 @@
 #include "buffer/buffer_command.h"
 
 #include "buffer/buffer_tools.h"
+#include "buffer/record_shipper.h"
+#include "buffer/stream_ingester.h"
 
 namespace specloop {
 
@@ -113,10 +119,64 @@ int RunVerify(const std::string& dir) {
   return 0;
 }
 
+// ship and ingest run until SIGINT or SIGTERM.
+std::atomic<bool> g_stop{false};
+void OnStop(int) { g_stop = true; }
+void StopOnSignals() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnStop;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int RunShip(ShipperOptions o, const std::string& redis) {
+  if (!ParseRedisAddress(redis, &o.redis_host, &o.redis_port)) {
+    std::cerr << "specloop buffer ship: --redis takes HOST:PORT\n";
+    return 2;
+  }
+  StopOnSignals();
+  std::unique_ptr<RecordShipper> shipper;
+  Status s = RecordShipper::Open(o, &shipper);
+  if (!s.ok()) {
+    std::cerr << "specloop buffer ship: " << s.ToString() << "\n";
+    return 1;
+  }
+  std::cout << "specloop buffer ship: " << o.buffer_dir << " -> " << redis << " " << o.stream
+            << " (position " << shipper->position_key() << ": seq " << shipper->position_seq()
+            << ")" << std::endl;
+  shipper->Run(g_stop);
+  const ShipperStats& st = shipper->stats();
+  std::cout << "specloop buffer ship: shipped " << st.records << " records (" << st.bytes
+            << " bytes) in " << st.batches << " transactions, " << st.errors << " errors"
+            << std::endl;
+  return 0;
+}
+
+int RunIngest(IngesterOptions o, const std::string& redis) {
+  if (!ParseRedisAddress(redis, &o.redis_host, &o.redis_port)) {
+    std::cerr << "specloop buffer ingest: --redis takes HOST:PORT\n";
+    return 2;
+  }
+  StopOnSignals();
+  std::unique_ptr<StreamIngester> ingester;
+  Status s = StreamIngester::Open(o, &ingester);
+  if (!s.ok()) {
+    std::cerr << "specloop buffer ingest: " << s.ToString() << "\n";
+    return 1;
+  }
+  std::cout << "specloop buffer ingest: " << redis << " " << o.stream << " (group " << o.group
+            << ", consumer " << o.consumer << ") -> " << o.buffer_dir << std::endl;
+  ingester->Run(g_stop);
+  const IngesterStats& st = ingester->stats();
+  std::cout << "specloop buffer ingest: " << st.records << " records, " << st.corrupt
+            << " corrupt entries skipped, " << st.errors << " errors" << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 void AddBufferCommand(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("buffer", "inspect a replay buffer directory");
+  auto* cmd = app.add_subcommand("buffer", "inspect a replay buffer directory, or ship its records");
   cmd->require_subcommand(1);
 
   auto stats_dir = std::make_shared<std::string>();
@@ -141,6 +201,31 @@ void AddBufferCommand(CLI::App& app, int* exit_code) {
   auto* verify = cmd->add_subcommand("verify", "check every record's checksum and format");
   verify->add_option("dir", *verify_dir, "buffer directory")->required();
   verify->callback([verify_dir, exit_code] { *exit_code = RunVerify(*verify_dir); });
+
+  auto redis = std::make_shared<std::string>("127.0.0.1:6379");
+  auto so = std::make_shared<ShipperOptions>();
+  auto* ship = cmd->add_subcommand(
+      "ship", "append a local buffer's records to a Redis stream, following it until stopped");
+  ship->add_option("dir", so->buffer_dir, "buffer directory (a worker's --buffer)")->required();
+  ship->add_option("--redis", *redis, "Redis server, HOST:PORT")->capture_default_str();
+  ship->add_option("--stream", so->stream, "stream name")->capture_default_str();
+  ship->add_option("--id", so->id, "this shipper's name (its position in Redis); one per buffer")
+      ->required();
+  ship->add_option("--max-stream-length", so->max_stream_length,
+                   "approximate stream cap, entries (0: none)")
+      ->capture_default_str();
+  ship->callback([so, redis, exit_code] { *exit_code = RunShip(*so, *redis); });
+
+  auto io = std::make_shared<IngesterOptions>();
+  auto* ingest = cmd->add_subcommand(
+      "ingest", "write a Redis stream's records into a local buffer (for `specloop train`)");
+  ingest->add_option("dir", io->buffer_dir, "buffer directory to write")->required();
+  ingest->add_option("--redis", *redis, "Redis server, HOST:PORT")->capture_default_str();
+  ingest->add_option("--stream", io->stream, "stream name")->capture_default_str();
+  ingest->add_option("--group", io->group, "consumer group")->capture_default_str();
+  ingest->add_option("--consumer", io->consumer, "this consumer's name in the group")
+      ->capture_default_str();
+  ingest->callback([io, redis, exit_code] { *exit_code = RunIngest(*io, *redis); });
 }
 
 }  // namespace specloop

@@ -197,6 +197,17 @@ Status ReplayReader::Scan(const ScanOptions& options, const Visitor& visit) {
 }
 
 Status ReplayReader::ScanKeyed(const ScanOptions& options, const KeyedVisitor& visit) {
+  Record record;
+  Status decoded;
+  Status s = ScanEncoded(options, [&](size_t dir, std::string_view key, std::string_view data) {
+    records_decoded_.fetch_add(1);
+    decoded = DecodeRecord(data, &record).Annotate("in " + dirs_[dir]->path);
+    return decoded.ok() && visit(dir, key, record);
+  });
+  return s.ok() ? decoded : s;
+}
+
+Status ReplayReader::ScanEncoded(const ScanOptions& options, const EncodedVisitor& visit) {
   if (options.since_us >= options.until_us) return Status::OK();
   // One cursor per directory, over the records or over the domain's index keys.
   struct Cursor {
@@ -221,7 +232,7 @@ Status ReplayReader::ScanKeyed(const ScanOptions& options, const KeyedVisitor& v
     c.it.reset(dirs_[i]->db->NewIterator(ro, dirs_[i]->handles[options.domain ? 1 : 0]));
     c.it->Seek(prefix + TimeKey(options.since_us));
   }
-  Record record;
+  rocksdb::PinnableSlice value;
   for (;;) {
     int best = -1;
     std::string_view best_key;
@@ -238,14 +249,19 @@ Status ReplayReader::ScanKeyed(const ScanOptions& options, const KeyedVisitor& v
     }
     if (best < 0) return Status::OK();
     Cursor& c = cursors[best];
-    if (options.domain) {
-      SPECLOOP_RETURN_IF_ERROR(ReadRecord(best, best_key, &record));
+    std::string_view data;
+    if (options.domain) {  // the index holds keys: the record is read from the records
+      Dir& d = *dirs_[best];
+      value.Reset();
+      SPECLOOP_RETURN_IF_ERROR(FromRocks(
+          d.db->Get(rocksdb::ReadOptions(), d.handles[0],
+                    rocksdb::Slice(best_key.data(), best_key.size()), &value),
+          "reading record"));
+      data = std::string_view(value.data(), value.size());
     } else {
-      records_decoded_.fetch_add(1);
-      SPECLOOP_RETURN_IF_ERROR(DecodeRecord(View(c.it->value()), &record)
-                                   .Annotate("in " + dirs_[best]->path));
+      data = View(c.it->value());
     }
-    if (!visit(best, best_key, record)) return Status::OK();
+    if (!visit(best, best_key, data)) return Status::OK();
     c.it->Next();
   }
 }

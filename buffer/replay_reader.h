@@ -84,6 +84,11 @@ class ReplayReader {
   using KeyedVisitor =
       std::function<bool(size_t dir_index, std::string_view key, const Record& record)>;
   Status ScanKeyed(const ScanOptions& options, const KeyedVisitor& visit);
+  // ScanKeyed() without decoding: each record as stored (buffer/record_codec.h), valid during
+  // the call (a shipper forwards the bytes as they are).
+  using EncodedVisitor =
+      std::function<bool(size_t dir_index, std::string_view key, std::string_view data)>;
+  Status ScanEncoded(const ScanOptions& options, const EncodedVisitor& visit);
   // The record at `key` in directory `dir_index` (as ScanKeyed() passed them). NotFound when
   // retention has removed it.
   Status Read(size_t dir_index, std::string_view key, Record* record);

@@ -7,6 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libtorch-dev libopenblas0-pthread            # LibTorch; OpenBLAS is ~17x faster than ref BLAS
   librocksdb-dev rocksdb-tools                 # replay buffer; ldb to inspect it
+  libhiredis-dev redis-server                  # records through a Redis stream (many workers)
   libzmq3-dev cppzmq-dev                       # draft publication
   libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libsentencepiece-dev libssl-dev
