@@ -44,6 +44,7 @@ struct ServeArgs {
   int read_timeout = 10, write_timeout = 10, keep_alive_timeout = 5, keep_alive_max = 100;
   uint64_t draft_chunk_bytes = 1u << 20;
   uint32_t worker_id = 0;
+  CLI::Option* worker_id_option = nullptr;  // set: metrics carry worker="<id>"
   bool no_log = false;
   bool no_suffix = false;
   bool prompt_lookup = false;
@@ -137,6 +138,9 @@ int RunServe(const ServeArgs& a) {
   ServingMetricsOptions mo;
   mo.max_domains = a.max_domains;
   mo.k_max = a.k_max;
+  if (a.worker_id_option != nullptr && a.worker_id_option->count() > 0) {
+    mo.constant_labels = {{"worker", std::to_string(a.worker_id)}};
+  }
   std::unique_ptr<ServingMetrics> metrics;
   s = ServingMetrics::Create(mo, &metrics);
   std::unique_ptr<ReplayLogger> logger;
@@ -349,7 +353,10 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--max-domains", a->max_domains, "domain labels kept in metrics")
       ->capture_default_str();
-  cmd->add_option("--worker-id", a->worker_id, "worker id in records")->capture_default_str();
+  a->worker_id_option =
+      cmd->add_option("--worker-id", a->worker_id,
+                      "worker id in records; when given, also a worker label on every metric")
+          ->capture_default_str();
   cmd->add_option("--model-name", a->model_name, "served model id (default: target dir name)");
   cmd->add_option("--chat-template", a->chat_template,
                   "Jinja chat template file for /v1/chat/completions (default: the target's "

@@ -20,7 +20,8 @@ Status ServingMetrics::Create(const ServingMetricsOptions& options,
                               std::unique_ptr<ServingMetrics>* out) {
   if (std::string e = options.drift.Validate(); !e.empty()) return Status::InvalidArgument(e);
   std::unique_ptr<ServingMetrics> m(new ServingMetrics(options));
-  Status s = m->Register();
+  Status s = m->registry_.SetConstantLabels(options.constant_labels);
+  if (s.ok()) s = m->Register();
   if (!s.ok()) return s;
   *out = std::move(m);
   return Status::OK();

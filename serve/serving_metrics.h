@@ -31,6 +31,9 @@ struct ServingMetricsOptions {
   int k_max = 8;
   // Acceptance windows and drift detector. Default: DriftOptions().
   DriftOptions drift;
+  // Labels on every series (metrics::Registry::SetConstantLabels), e.g. {{"worker", "2"}} on
+  // one worker of many. Default: none.
+  metrics::Labels constant_labels;
 };
 
 class ServingMetrics {

@@ -13,15 +13,32 @@
 // cleanly. Ports given as 0 are chosen once at start and kept across restarts. With
 // --no-train only the server runs, with its draft fixed.
 //
-// Cores: the server and the trainer share the machine. Unless told otherwise (--threads, or
+// A fleet on one machine (--workers N > 1, or --redis): N servers (ports PORT .. PORT+N-1,
+// `--worker-id i`, so their metrics carry worker="i"), each with its own buffer and a shipper
+// (`specloop buffer ship`) into a Redis stream, one ingester (`specloop buffer ingest`) that
+// writes the stream into the trainer's buffer, and one trainer whose drafts reach every
+// server. Without --redis a redis-server is started too (loopback, a free port, its
+// append-only file in DATA/redis, fsync on every write: killed, it loses no acknowledged
+// record). Layout:
+//
+//   DATA/worker-i/buffer, DATA/worker-i/drafts   server i's buffer and fetched drafts
+//   DATA/buffer        the ingested union of the workers' records, read by the trainer
+//   DATA/checkpoints   as above
+//   DATA/redis         the started redis-server's data
+//
+// Start order: redis-server, then each server followed by its shipper, the ingester, the
+// trainer.
+//
+// Cores: the servers and the trainer share the machine. Unless told otherwise (--threads, or
 // --serve-arg=--threads / --train-arg=--threads), the trainer gets one compute thread and the
-// server every other core this process may run on, at least one (on 2 cores: 1 and 1); with
-// --no-train the server gets every core.
+// servers split every other core this process may run on, at least one each (on 2 cores: 1
+// and 1); with --no-train the servers split every core.
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -39,7 +56,9 @@ namespace {
 struct UpArgs {
   std::string target, draft, data = "./specloop-data", host = "127.0.0.1", dtype = "auto";
   int port = 8000, trainer_metrics_port = 9091, trainer_pub_port = 0, trainer_router_port = 0;
-  int threads = 0;  // the server's compute threads; 0: the cores less the trainer's one
+  int threads = 0;  // each server's compute threads; 0: the cores less the trainer's one, split
+  int workers = 1;
+  std::string redis;  // HOST:PORT of a Redis server to ship records through; empty: see workers
   double max_backoff_seconds = 30;
   bool no_train = false;
   std::vector<std::string> serve_args, train_args;
@@ -56,6 +75,20 @@ bool HasOption(const std::vector<std::string>& args, const std::string& name) {
   return false;
 }
 
+// `name`'s path on $PATH, or empty.
+std::string FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string file = (end > start ? dirs.substr(start, end - start) : ".") + "/" + name;
+    if (access(file.c_str(), X_OK) == 0) return file;
+    start = end + 1;
+  }
+  return "";
+}
+
 int RunUp(UpArgs a) {
   char exe[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -64,63 +97,128 @@ int RunUp(UpArgs a) {
     return 1;
   }
   exe[n] = 0;
-  while (a.data.size() > 1 && a.data.back() == '/') a.data.pop_back();
-  const std::string buffer = a.data + "/buffer", checkpoints = a.data + "/checkpoints",
-                    drafts = a.data + "/drafts";
-  if (!MakeDir(a.data) || !MakeDir(checkpoints) || !MakeDir(drafts)) {
-    std::cerr << "specloop up: cannot create the data dir " << a.data << "\n";
-    return 1;
+  if (a.workers < 1) {
+    std::cerr << "specloop up: --workers must be at least 1\n";
+    return 2;
   }
-  for (int* p : {&a.port, &a.trainer_metrics_port, &a.trainer_pub_port, &a.trainer_router_port}) {
+  const bool fleet = a.workers > 1 || !a.redis.empty();
+  std::string redis_server;
+  if (fleet && a.redis.empty()) {
+    redis_server = FindOnPath("redis-server");
+    if (redis_server.empty()) {
+      std::cerr << "specloop up: --workers " << a.workers
+                << " ships records through Redis, and redis-server is not on PATH (apt-get "
+                   "install redis-server), or give --redis HOST:PORT\n";
+      return 2;
+    }
+  }
+  while (a.data.size() > 1 && a.data.back() == '/') a.data.pop_back();
+  const std::string buffer = a.data + "/buffer", checkpoints = a.data + "/checkpoints";
+  std::vector<std::string> dirs = {a.data, checkpoints};
+  if (!fleet) dirs.push_back(a.data + "/drafts");
+  for (int i = 1; fleet && i <= a.workers; ++i) {
+    dirs.push_back(a.data + "/worker-" + std::to_string(i));
+    dirs.push_back(a.data + "/worker-" + std::to_string(i) + "/drafts");
+  }
+  if (!redis_server.empty()) dirs.push_back(a.data + "/redis");
+  for (const std::string& dir : dirs) {
+    if (!MakeDir(dir)) {
+      std::cerr << "specloop up: cannot create " << dir << "\n";
+      return 1;
+    }
+  }
+  std::vector<int> ports;
+  for (int i = 0; i < a.workers; ++i) ports.push_back(a.port == 0 ? 0 : a.port + i);
+  int redis_port = 0;
+  std::vector<int*> to_pick = {&a.trainer_metrics_port, &a.trainer_pub_port,
+                               &a.trainer_router_port};
+  for (int& p : ports) to_pick.push_back(&p);
+  if (!redis_server.empty()) to_pick.push_back(&redis_port);
+  for (int* p : to_pick) {
     if (*p == 0) *p = FreeLoopbackPort();
     if (*p <= 0 || *p > 65535) {
       std::cerr << "specloop up: no free port\n";
       return 1;
     }
   }
+  if (!redis_server.empty()) a.redis = "127.0.0.1:" + std::to_string(redis_port);
   const std::string pub = "tcp://127.0.0.1:" + std::to_string(a.trainer_pub_port);
   const std::string router = "tcp://127.0.0.1:" + std::to_string(a.trainer_router_port);
-
-  ChildSpec serve;
-  serve.name = "serve";
-  serve.argv = {exe,      "serve",         "--target",           a.target,
-                "--draft", a.draft,        "--host",             a.host,
-                "--port",  std::to_string(a.port), "--buffer",   buffer,
-                "--dtype", a.dtype};
-  if (!a.no_train) {
-    serve.argv.insert(serve.argv.end(), {"--draft-staging", drafts, "--trainer-endpoint", pub,
-                                         "--trainer-router", router});
-    if (a.trainer_metrics_port > 0) {  // the status page shows the trainer's state
-      serve.argv.push_back("--trainer-status=http://127.0.0.1:" +
-                           std::to_string(a.trainer_metrics_port));
-    }
-  }
-  if (!HasOption(a.serve_args, "--threads")) {
-    const int cores = AvailableCores();
-    const int threads = a.threads > 0 ? a.threads : a.no_train ? cores : std::max(1, cores - 1);
-    serve.argv.push_back("--threads=" + std::to_string(threads));
-  }
-  serve.argv.insert(serve.argv.end(), a.serve_args.begin(), a.serve_args.end());
-  serve.ready_text = "specloop serve: listening on";
-  ChildSpec train;
-  train.name = "train";
-  train.argv = {exe,           "train",     "--draft",        a.draft,
-                "--buffer",    buffer,      "--checkpoints",  checkpoints,
-                "--pub",       pub,         "--router",       router,
-                "--metrics-port", std::to_string(a.trainer_metrics_port)};
-  if (!HasOption(a.train_args, "--threads")) train.argv.push_back("--threads=1");
-  train.argv.insert(train.argv.end(), a.train_args.begin(), a.train_args.end());
-  train.ready_text = "specloop train: live draft";
 
   SupervisorOptions so;
   so.name = "specloop up";
   so.max_backoff_seconds = a.max_backoff_seconds;
   Supervisor sup(so);
-  sup.Add(std::move(serve));
-  if (!a.no_train) sup.Add(std::move(train));
+  if (!redis_server.empty()) {
+    ChildSpec redis;
+    redis.name = "redis";
+    redis.argv = {redis_server, "--bind", "127.0.0.1", "--port", std::to_string(redis_port),
+                  "--dir", a.data + "/redis", "--appendonly", "yes", "--appendfsync", "always",
+                  "--save", "", "--protected-mode", "no"};
+    redis.ready_text = "Ready to accept connections";
+    sup.Add(std::move(redis));
+  }
+
+  // Each server's compute threads: the cores less the trainer's one, split among the servers.
+  const int cores = AvailableCores();
+  const int threads = a.threads > 0 ? a.threads
+                                    : std::max(1, (a.no_train ? cores : cores - 1) / a.workers);
+  for (int i = 1; i <= a.workers; ++i) {
+    const std::string dir = fleet ? a.data + "/worker-" + std::to_string(i) : a.data;
+    ChildSpec serve;
+    serve.name = fleet ? "serve-" + std::to_string(i) : "serve";
+    serve.argv = {exe,       "serve",    "--target",  a.target,
+                  "--draft", a.draft,    "--host",    a.host,
+                  "--port",  std::to_string(ports[i - 1]), "--buffer", dir + "/buffer",
+                  "--dtype", a.dtype};
+    if (fleet) serve.argv.insert(serve.argv.end(), {"--worker-id", std::to_string(i)});
+    if (!a.no_train) {
+      serve.argv.insert(serve.argv.end(), {"--draft-staging", dir + "/drafts",
+                                           "--trainer-endpoint", pub, "--trainer-router", router});
+      if (a.trainer_metrics_port > 0) {  // the status page shows the trainer's state
+        serve.argv.push_back("--trainer-status=http://127.0.0.1:" +
+                             std::to_string(a.trainer_metrics_port));
+      }
+    }
+    if (!HasOption(a.serve_args, "--threads")) {
+      serve.argv.push_back("--threads=" + std::to_string(threads));
+    }
+    serve.argv.insert(serve.argv.end(), a.serve_args.begin(), a.serve_args.end());
+    serve.ready_text = "specloop serve: listening on";
+    sup.Add(std::move(serve));
+    if (fleet) {
+      ChildSpec ship;
+      ship.name = "ship-" + std::to_string(i);
+      ship.argv = {exe,      "buffer",  "ship", dir + "/buffer", "--redis",
+                   a.redis,  "--id",    "worker-" + std::to_string(i)};
+      ship.ready_text = "specloop buffer ship: ";
+      sup.Add(std::move(ship));
+    }
+  }
+  if (fleet && !a.no_train) {
+    ChildSpec ingest;
+    ingest.name = "ingest";
+    ingest.argv = {exe, "buffer", "ingest", buffer, "--redis", a.redis};
+    ingest.ready_text = "specloop buffer ingest: ";
+    sup.Add(std::move(ingest));
+  }
+  if (!a.no_train) {
+    ChildSpec train;
+    train.name = "train";
+    train.argv = {exe,           "train",     "--draft",        a.draft,
+                  "--buffer",    buffer,      "--checkpoints",  checkpoints,
+                  "--pub",       pub,         "--router",       router,
+                  "--metrics-port", std::to_string(a.trainer_metrics_port)};
+    if (!HasOption(a.train_args, "--threads")) train.argv.push_back("--threads=1");
+    train.argv.insert(train.argv.end(), a.train_args.begin(), a.train_args.end());
+    train.ready_text = "specloop train: live draft";
+    sup.Add(std::move(train));
+  }
   sup.StopOnSignals();
-  std::printf("specloop up: data %s; serving on http://%s:%d (status page /, metrics /metrics); ",
-              a.data.c_str(), a.host.c_str(), a.port);
+  std::printf("specloop up: data %s; serving on", a.data.c_str());
+  for (int p : ports) std::printf(" http://%s:%d", a.host.c_str(), p);
+  std::printf(" (status page /, metrics /metrics); ");
+  if (fleet) std::printf("records through Redis at %s; ", a.redis.c_str());
   if (a.no_train) {
     std::printf("no trainer (the draft stays fixed)\n");
   } else {
@@ -147,8 +245,16 @@ void AddUpCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--data", a->data, "data dir: buffer, checkpoints, fetched drafts")
       ->capture_default_str();
   cmd->add_option("--host", a->host, "the server's bind address")->capture_default_str();
-  cmd->add_option("--port", a->port, "the server's port (0 = any free port)")
+  cmd->add_option("--port", a->port,
+                  "the server's port; with --workers N, PORT .. PORT+N-1 (0 = any free ports)")
       ->capture_default_str();
+  cmd->add_option("--workers", a->workers,
+                  "serving workers: more than 1 ship their records through Redis to the "
+                  "trainer, and each follows its drafts")
+      ->capture_default_str();
+  cmd->add_option("--redis", a->redis,
+                  "ship records through this Redis server, HOST:PORT (default with --workers "
+                  "> 1: start redis-server on loopback, data in DATA/redis)");
   cmd->add_option("--trainer-metrics-port", a->trainer_metrics_port,
                   "port of the trainer's /metrics (0 = any free port)")
       ->capture_default_str();
@@ -163,7 +269,8 @@ void AddUpCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-train", a->no_train,
                "serve only: no trainer, the draft stays fixed (still logged to the buffer)");
   cmd->add_option("--threads", a->threads,
-                  "the server's compute threads (0: every core but the trainer's one)")
+                  "each server's compute threads (0: every core but the trainer's one, split "
+                  "among the servers)")
       ->capture_default_str();
   cmd->add_option("--dtype", a->dtype,
                   "the target's weights: auto (float32 on cpu), float32, float16 or bfloat16")

@@ -48,27 +48,33 @@ void AppendHeader(const FamilyBase& family, std::string* out) {
   *out += "# TYPE " + family.name() + " " + TypeName(family.type()) + "\n";
 }
 
-// Appends `{n1="v1",n2="v2"[,le="x"]}`, or nothing when there are no labels at all.
-void AppendLabels(const std::vector<std::string>& names, const std::vector<std::string>& values,
-                  const std::string* le, std::string* out) {
-  if (names.empty() && le == nullptr) return;
+// Appends `{c1="x",n1="v1",n2="v2"[,le="x"]}` (`constant`: the registry's constant labels,
+// already rendered), or nothing when there are no labels at all.
+void AppendLabels(const std::string& constant, const std::vector<std::string>& names,
+                  const std::vector<std::string>& values, const std::string* le,
+                  std::string* out) {
+  if (constant.empty() && names.empty() && le == nullptr) return;
   *out += '{';
+  *out += constant;
+  bool first = constant.empty();
   for (size_t i = 0; i < names.size(); ++i) {
-    if (i > 0) *out += ',';
+    if (!first) *out += ',';
+    first = false;
     *out += names[i] + "=\"" + EscapeLabelValue(values[i]) + "\"";
   }
   if (le != nullptr) {
-    if (!names.empty()) *out += ',';
+    if (!first) *out += ',';
     *out += "le=\"" + *le + "\"";
   }
   *out += '}';
 }
 
-void AppendSample(const std::string& name, const std::vector<std::string>& label_names,
+void AppendSample(const std::string& name, const std::string& constant,
+                  const std::vector<std::string>& label_names,
                   const std::vector<std::string>& values, const std::string* le, double v,
                   std::string* out) {
   *out += name;
-  AppendLabels(label_names, values, le, out);
+  AppendLabels(constant, label_names, values, le, out);
   *out += ' ';
   *out += FormatValue(v);
   *out += '\n';
@@ -115,9 +121,9 @@ class CallbackGauge final : public FamilyBase {
     }
   }
   MetricType type() const override { return MetricType::kGauge; }
-  void Serialize(std::string* out) const override {
+  void Serialize(const std::string& constant, std::string* out) const override {
     AppendHeader(*this, out);
-    AppendSample(name(), names_, values_, nullptr, read_(), out);
+    AppendSample(name(), constant, names_, values_, nullptr, read_(), out);
   }
 
  private:
@@ -247,7 +253,7 @@ size_t Family<T>::size() const {
 }
 
 template <>
-void Family<Histogram>::Serialize(std::string* out) const {
+void Family<Histogram>::Serialize(const std::string& constant, std::string* out) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (children_.empty()) return;
   AppendHeader(*this, out);
@@ -258,22 +264,22 @@ void Family<Histogram>::Serialize(std::string* out) const {
   for (const auto& [values, child] : children_) {
     const Histogram::Snapshot s = child->Collect();
     for (size_t i = 0; i < les.size(); ++i) {
-      AppendSample(bucket, label_names_, values, &les[i], static_cast<double>(s.cumulative[i]),
-                   out);
+      AppendSample(bucket, constant, label_names_, values, &les[i],
+                   static_cast<double>(s.cumulative[i]), out);
     }
-    AppendSample(name() + "_sum", label_names_, values, nullptr, s.sum, out);
-    AppendSample(name() + "_count", label_names_, values, nullptr, static_cast<double>(s.count),
-                 out);
+    AppendSample(name() + "_sum", constant, label_names_, values, nullptr, s.sum, out);
+    AppendSample(name() + "_count", constant, label_names_, values, nullptr,
+                 static_cast<double>(s.count), out);
   }
 }
 
 template <typename T>
-void Family<T>::Serialize(std::string* out) const {
+void Family<T>::Serialize(const std::string& constant, std::string* out) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (children_.empty()) return;
   AppendHeader(*this, out);
   for (const auto& [values, child] : children_) {
-    AppendSample(name(), label_names_, values, nullptr, child->Value(), out);
+    AppendSample(name(), constant, label_names_, values, nullptr, child->Value(), out);
   }
 }
 
@@ -285,6 +291,33 @@ template class Family<Histogram>;
 
 Registry::Registry() = default;
 Registry::~Registry() = default;
+
+Status Registry::SetConstantLabels(const Labels& labels) {
+  std::vector<std::string> names;
+  for (const auto& kv : labels) names.push_back(kv.first);
+  SPECLOOP_RETURN_IF_ERROR(CheckLabelNames(names).Annotate("constant labels"));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!families_.empty()) {
+    return Status::InvalidArgument("constant labels are set before the first family");
+  }
+  constant_names_ = names;
+  constant_.clear();
+  for (const auto& [k, v] : labels) {
+    if (!constant_.empty()) constant_ += ',';
+    constant_ += k + "=\"" + EscapeLabelValue(SanitizeUtf8(v)) + "\"";
+  }
+  return Status::OK();
+}
+
+Status Registry::CheckConstantClash(const std::string& name,
+                                    const std::vector<std::string>& label_names) const {
+  for (const std::string& n : label_names) {
+    for (const std::string& c : constant_names_) {
+      if (n == c) return Status::InvalidArgument(name + ": label " + n + " is a constant label");
+    }
+  }
+  return Status::OK();
+}
 
 Status Registry::CheckNewName(const std::string& name, MetricType type) const {
   const bool histogram = type == MetricType::kHistogram;
@@ -329,6 +362,7 @@ Status Registry::AddFamily(const FamilySpec& spec, std::vector<double> bounds,
   }
   SPECLOOP_RETURN_IF_ERROR(CheckLabelNames(spec.label_names).Annotate(spec.name));
   std::lock_guard<std::mutex> lock(mu_);
+  SPECLOOP_RETURN_IF_ERROR(CheckConstantClash(spec.name, spec.label_names));
   auto it = families_.find(spec.name);
   if (it != families_.end()) {
     auto* existing = dynamic_cast<Family<T>*>(it->second.get());
@@ -378,6 +412,7 @@ Status Registry::AddCallbackGauge(const std::string& name, const std::string& he
   for (const auto& kv : labels) names.push_back(kv.first);
   SPECLOOP_RETURN_IF_ERROR(CheckLabelNames(names).Annotate(name));
   std::lock_guard<std::mutex> lock(mu_);
+  SPECLOOP_RETURN_IF_ERROR(CheckConstantClash(name, names));
   SPECLOOP_RETURN_IF_ERROR(CheckNewName(name, MetricType::kGauge));
   families_.emplace(name, std::make_unique<CallbackGauge>(name, SanitizeUtf8(help), labels,
                                                           std::move(read)));
@@ -397,7 +432,7 @@ Status Registry::RemoveCallbackGauge(const std::string& name) {
 std::string Registry::Serialize() const {
   std::string out;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& kv : families_) kv.second->Serialize(&out);
+  for (const auto& kv : families_) kv.second->Serialize(constant_, &out);
   return out;
 }
 

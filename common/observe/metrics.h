@@ -157,8 +157,9 @@ class FamilyBase {
   const std::string& name() const { return name_; }
   const std::string& help() const { return help_; }
   // Appends this family's exposition ("# HELP", "# TYPE", samples) to `*out`; nothing when
-  // the family has no series.
-  virtual void Serialize(std::string* out) const = 0;
+  // the family has no series. `constant`: the registry's constant labels, rendered
+  // (`a="x",b="y"`, or empty), put first in every series' label set.
+  virtual void Serialize(const std::string& constant, std::string* out) const = 0;
 
  protected:
   FamilyBase(std::string name, std::string help)
@@ -199,7 +200,7 @@ class Family final : public FamilyBase {
   // Number of Add()/WithLabelValues() calls that were folded into the overflow child.
   uint64_t folded_count() const { return folded_count_.load(std::memory_order_relaxed); }
 
-  void Serialize(std::string* out) const override;
+  void Serialize(const std::string& constant, std::string* out) const override;
 
  private:
   friend class Registry;
@@ -225,6 +226,13 @@ class Registry {
   ~Registry();
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
+
+  // Labels put on every series this registry exports, first in each label set (as the
+  // Prometheus Go client's WrapRegistererWith): `worker="3"` on each worker of a fleet.
+  // Families and callback gauges must not use these label names (InvalidArgument at their
+  // registration). InvalidArgument once a family is registered, and for a
+  // name that breaks the label naming rules.
+  Status SetConstantLabels(const Labels& labels);
 
   // Registers a family and stores it in *family (owned by the registry). Registering the
   // same name again with an identical spec (type, help, label names, cap, bounds) returns
@@ -254,11 +262,15 @@ class Registry {
 
  private:
   Status CheckNewName(const std::string& name, MetricType type) const;  // REQUIRES mu_ held
+  Status CheckConstantClash(const std::string& name,
+                            const std::vector<std::string>& label_names) const;  // mu_ held
   template <typename T>
   Status AddFamily(const FamilySpec& spec, std::vector<double> bounds, Family<T>** family);
 
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<FamilyBase>> families_;  // GUARDED_BY(mu_)
+  std::vector<std::string> constant_names_;                        // GUARDED_BY(mu_)
+  std::string constant_;  // rendered constant labels; GUARDED_BY(mu_)
 };
 
 // Exposition helpers, exposed for tests.

@@ -103,6 +103,53 @@ specloop_tokens_per_step_count{domain="python"} 3
   ExpectPromtoolClean(r.Serialize());
 }
 
+// A fleet's worker label: on every series of every type, first in the label set, and its name
+// is reserved against families and callback gauges.
+TEST(MetricsTest, ConstantLabelsGoOnEverySeries) {
+  Registry r;
+  ASSERT_TRUE(r.SetConstantLabels({{"worker", "2"}}).ok());
+  Family<Counter>* requests;
+  ASSERT_TRUE(r.AddCounter({"specloop_requests_total", "Requests.", {"domain"}}, &requests).ok());
+  requests->Add({{"domain", "c"}}).Increment(2);
+  Family<Gauge>* version;
+  ASSERT_TRUE(r.AddGauge({"specloop_draft_version", "Draft version.", {}}, &version).ok());
+  version->Add({}).Set(3);
+  Family<Histogram>* steps;
+  ASSERT_TRUE(r.AddHistogram({"specloop_step_seconds", "Step time.", {}}, {0.5}, &steps).ok());
+  steps->Add({}).Observe(1);
+  ASSERT_TRUE(r.AddCallbackGauge("specloop_lag", "Lag.", {{"reader", "t"}}, [] { return 1.0; })
+                  .ok());
+  const std::string expected = R"txt(# HELP specloop_draft_version Draft version.
+# TYPE specloop_draft_version gauge
+specloop_draft_version{worker="2"} 3
+# HELP specloop_lag Lag.
+# TYPE specloop_lag gauge
+specloop_lag{worker="2",reader="t"} 1
+# HELP specloop_requests_total Requests.
+# TYPE specloop_requests_total counter
+specloop_requests_total{worker="2",domain="c"} 2
+# HELP specloop_step_seconds Step time.
+# TYPE specloop_step_seconds histogram
+specloop_step_seconds_bucket{worker="2",le="0.5"} 0
+specloop_step_seconds_bucket{worker="2",le="+Inf"} 1
+specloop_step_seconds_sum{worker="2"} 1
+specloop_step_seconds_count{worker="2"} 1
+)txt";
+  EXPECT_EQ(r.Serialize(), expected);
+  ExpectPromtoolClean(r.Serialize());
+
+  Family<Gauge>* clash;
+  EXPECT_TRUE(r.AddGauge({"specloop_x", "X.", {"worker"}}, &clash).IsInvalidArgument());
+  EXPECT_TRUE(
+      r.AddCallbackGauge("specloop_y", "Y.", {{"worker", "1"}}, [] { return 0.0; })
+          .IsInvalidArgument());
+  // Only before the first family, and only valid label names.
+  EXPECT_FALSE(r.SetConstantLabels({{"worker", "3"}}).ok());
+  Registry fresh;
+  EXPECT_TRUE(fresh.SetConstantLabels({{"le", "1"}}).IsInvalidArgument());
+  EXPECT_TRUE(fresh.SetConstantLabels({{"Worker", "1"}}).IsInvalidArgument());
+}
+
 TEST(MetricsTest, PromtoolAcceptsEscapingUnicodeAndHistograms) {
   Registry r;
   Family<Counter>* c;
