@@ -23,11 +23,13 @@
 #include "common/base/rng.h"
 #include "tests/buffer/test_util.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/fleet/fleet_util.h"
 
 namespace specloop {
 namespace {
 
 using e2e::Child;
+using fleet::Contents;
 using Clock = std::chrono::steady_clock;
 
 // redis-server on a free loopback port, its data (the append-only file) in a temp directory;
@@ -92,24 +94,6 @@ void LogRecords(const std::string& dir, uint32_t worker, int n, uint64_t seed) {
     ASSERT_TRUE(logger->Log(&r));
   }
   ASSERT_TRUE(logger->Close().ok());
-}
-
-// Record key -> encoding, of every record in `dirs`.
-std::map<std::string, std::string> Contents(const std::vector<std::string>& dirs) {
-  std::map<std::string, std::string> out;
-  std::unique_ptr<ReplayReader> reader;
-  EXPECT_TRUE(ReplayReader::Open(ReaderOptions(), dirs, &reader).ok());
-  if (!reader) return out;
-  EXPECT_TRUE(reader
-                  ->ScanKeyed(ScanOptions(),
-                              [&](size_t, std::string_view key, const Record& r) {
-                                std::string bytes;
-                                EXPECT_TRUE(EncodeRecord(r, &bytes).ok());
-                                out[std::string(key)] = bytes;
-                                return true;
-                              })
-                  .ok());
-  return out;
 }
 
 ShipperOptions Shipping(const std::string& dir, const std::string& id, int port) {

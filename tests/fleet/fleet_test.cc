@@ -1,0 +1,251 @@
+// A fleet on one machine (label fleet): `specloop up --workers 3` runs three servers, a
+// shipper each, a redis-server, an ingester and one trainer. Under steady traffic to every
+// worker, in c (a domain the initial draft, draft-prose-1m, does not know):
+// - records from all three workers reach the trainer's buffer, and a draft it trains on their
+//   union is installed by all three;
+// - SIGKILL of a shipper, of redis-server and of the trainer fails no request, and the trainer
+//   resumes from its latest checkpoint (its live version does not go back);
+// - SIGKILL of a worker: the other workers fail no request, the restarted worker gets the
+//   current draft (a late joiner), and every record it had written before the kill reaches the
+//   trainer;
+// - in the end the stream holds each record of every worker exactly once, and the trainer's
+//   buffer holds them all.
+// A request in flight on the SIGKILLed worker itself fails with its connection (nothing
+// retries it on another worker): that worker's failures are counted, not asserted.
+#include <signal.h>
+
+#include <atomic>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "buffer/keys.h"
+#include "buffer/redis_client.h"
+#include "tests/e2e/e2e_util.h"
+#include "tests/fleet/fleet_util.h"
+
+namespace specloop {
+namespace {
+
+using e2e::Child;
+using e2e::Clock;
+
+constexpr int kWorkers = 3;
+
+// Polls `done` every 100 ms until it is true or `seconds` pass.
+template <typename F>
+bool WaitFor(double seconds, F done) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return true;
+}
+
+long long StreamLength(int redis_port) {
+  std::unique_ptr<RedisClient> c;
+  RedisReply r;
+  if (!RedisClient::Connect("127.0.0.1", redis_port, 2.0, &c).ok() ||
+      !c->Command({"XLEN", "specloop:records"}, &r).ok()) {
+    return -1;
+  }
+  return r.integer;
+}
+
+// One client per worker, each asking for c completions in a loop until stopped.
+class Clients {
+ public:
+  explicit Clients(const std::vector<int>& ports) : prompts_(e2e::PromptsJson("c", 16)) {
+    for (size_t i = 0; i < ports.size(); ++i) {
+      workers_.push_back(std::make_unique<Worker>());
+      Worker* w = workers_.back().get();
+      w->thread = std::thread([this, w, port = ports[i]] {
+        for (size_t n = 0; !stop_.load(); ++n) {
+          const std::string req = "{\"prompt\":" + prompts_[n % prompts_.size()] +
+                                  ",\"max_tokens\":24,\"domain\":\"c\"}";
+          std::string body;
+          const int st = e2e::HttpPost(port, "/v1/completions", req, &body);
+          if (st == 200) {
+            w->ok.fetch_add(1);
+          } else {
+            if (w->failed.fetch_add(1) == 0) {
+              std::lock_guard<std::mutex> lock(w->mu);
+              w->first_failure = std::to_string(st) + " " + body;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a worker restarting
+          }
+        }
+      });
+    }
+  }
+  ~Clients() { Stop(); }
+  void Stop() {
+    stop_.store(true);
+    for (auto& w : workers_) {
+      if (w->thread.joinable()) w->thread.join();
+    }
+  }
+  int ok(int i) const { return workers_[i]->ok.load(); }
+  int failed(int i) const { return workers_[i]->failed.load(); }
+  std::string first_failure(int i) {
+    std::lock_guard<std::mutex> lock(workers_[i]->mu);
+    return workers_[i]->first_failure;
+  }
+  // Waits until worker i answered `n` more requests than now.
+  bool WaitMore(int i, int n, double seconds) {
+    const int target = ok(i) + n;
+    return WaitFor(seconds, [&] { return ok(i) >= target; });
+  }
+
+ private:
+  struct Worker {
+    std::thread thread;
+    std::atomic<int> ok{0}, failed{0};
+    std::mutex mu;
+    std::string first_failure;
+  };
+  const std::vector<std::string> prompts_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+TEST(Fleet, ThreeWorkersOneTrainerThroughRedis) {
+  e2e::TempDir tmp("specloop-fleet");
+  const std::string data = tmp.Sub("data");
+  const int trainer_port = e2e::FreePort();
+  // k = 4 fixed, so every step drafts and the trainer sees blocks to learn from; restarts
+  // after at most 1 s, so the test spends its time on the fleet and not on backoff.
+  Child up({SPECLOOP_BINARY, "up", "--target", e2e::TargetDir(), "--draft",
+            e2e::Shared() + "/models/draft-prose-1m", "--data", data, "--workers",
+            std::to_string(kWorkers), "--port", "0", "--trainer-metrics-port",
+            std::to_string(trainer_port), "--max-backoff", "1", "--serve-arg=--max-batch=4",
+            "--serve-arg=--http-threads=8", "--serve-arg=--k=4"},
+           /*echo=*/false);
+  const std::string banner = up.WaitForLine("specloop up: data .* serving on", 30);
+  ASSERT_FALSE(banner.empty()) << up.Output();
+  std::vector<int> ports;
+  const std::regex url("http://127\\.0\\.0\\.1:(\\d+) ");
+  for (auto it = std::sregex_iterator(banner.begin(), banner.end(), url);
+       it != std::sregex_iterator(); ++it) {
+    ports.push_back(std::stoi((*it)[1].str()));
+  }
+  ASSERT_EQ(ports.size(), static_cast<size_t>(kWorkers)) << banner;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(banner, m, std::regex("Redis at 127\\.0\\.0\\.1:(\\d+)")))
+      << banner;
+  const int redis_port = std::stoi(m[1].str());
+  ASSERT_FALSE(up.WaitForLine("specloop up: train is ready", 180).empty()) << up.Output();
+  auto pid_of = [&](const std::string& child) {
+    size_t from = 0;
+    std::string pid, next;
+    while (!(next = up.Capture("started " + child + " \\(pid (\\d+)\\)", 0, &from)).empty()) {
+      pid = next;  // the latest start
+    }
+    return pid.empty() ? -1 : std::stoi(pid);
+  };
+  auto kill_and_wait_restart = [&](const std::string& child) {
+    const int pid = pid_of(child);
+    ASSERT_GT(pid, 0) << up.Output();
+    size_t at = up.line_count();
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    ASSERT_FALSE(up.WaitForLine(child + " killed by signal 9", 20, &at).empty()) << up.Output();
+    ASSERT_FALSE(up.WaitForLine("started " + child + " \\(pid", 20, &at).empty()) << up.Output();
+    EXPECT_NE(pid_of(child), pid);
+  };
+  auto worker_version = [&](int i) {
+    return e2e::ScrapeMetric(ports[i], "specloop_draft_version",
+                             "worker=\"" + std::to_string(i + 1) + "\"");
+  };
+  auto trainer_version = [&] {
+    return e2e::ScrapeMetric(trainer_port, "specloop_train_draft_version");
+  };
+
+  Clients clients(ports);
+  for (int i = 0; i < kWorkers; ++i) ASSERT_TRUE(clients.WaitMore(i, 2, 60)) << up.Output();
+
+  // Records of all three workers reach the trainer's buffer (record keys name the worker).
+  const std::string trainer_buffer = data + "/buffer";
+  EXPECT_TRUE(WaitFor(60, [&] {
+    std::set<uint32_t> seen;
+    for (const auto& kv : fleet::Contents({trainer_buffer})) {
+      uint64_t t, seq;
+      uint32_t worker;
+      if (ParseRecordKey(kv.first, &t, &worker, &seq)) seen.insert(worker);
+    }
+    return seen == std::set<uint32_t>{1, 2, 3};
+  })) << up.Output();
+
+  // A draft trained on their union is published and installed by every worker.
+  ASSERT_TRUE(WaitFor(300, [&] { return trainer_version() >= 1; }))
+      << "no draft published\n" << up.Output();
+  const double published = trainer_version();
+  std::printf("draft v%g published\n", published);
+  for (int i = 0; i < kWorkers; ++i) {
+    EXPECT_TRUE(WaitFor(60, [&] { return worker_version(i) >= published; }))
+        << "worker " << i + 1 << " did not install v" << published << "\n" << up.Output();
+  }
+
+  // The shipper, the log server and the trainer die in turn; every worker keeps answering.
+  kill_and_wait_restart("ship-2");
+  for (int i = 0; i < kWorkers; ++i) EXPECT_TRUE(clients.WaitMore(i, 2, 60));
+  const long long before_redis_kill = StreamLength(redis_port);
+  kill_and_wait_restart("redis");
+  EXPECT_TRUE(WaitFor(60, [&] { return StreamLength(redis_port) > before_redis_kill; }))
+      << "shipping did not resume after redis-server restarted\n" << up.Output();
+  const double before_trainer_kill = trainer_version();
+  kill_and_wait_restart("train");
+  ASSERT_TRUE(e2e::WaitHealthy(trainer_port, "/health", 60)) << up.Output();
+  EXPECT_GE(trainer_version(), before_trainer_kill) << "the trainer did not resume";
+  for (int i = 0; i < kWorkers; ++i) EXPECT_TRUE(clients.WaitMore(i, 2, 60));
+  for (int i = 0; i < kWorkers; ++i) {
+    EXPECT_EQ(clients.failed(i), 0) << "worker " << i + 1 << ": " << clients.first_failure(i);
+  }
+
+  // A worker dies; the others go on, and it comes back with the current draft.
+  kill_and_wait_restart("serve-3");
+  ASSERT_TRUE(e2e::WaitHealthy(ports[2], "/health", 60)) << up.Output();
+  EXPECT_TRUE(clients.WaitMore(2, 2, 60)) << up.Output();
+  const double live = trainer_version();
+  EXPECT_TRUE(WaitFor(60, [&] { return worker_version(2) >= live; }))
+      << "the restarted worker did not get v" << live << "\n" << up.Output();
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(clients.WaitMore(i, 2, 60));
+  clients.Stop();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(clients.failed(i), 0) << "worker " << i + 1 << ": " << clients.first_failure(i);
+  }
+  std::printf("worker 3: %d requests answered, %d failed while it was down; live draft v%g\n",
+              clients.ok(2), clients.failed(2), live);
+
+  // Every record the workers wrote is in the stream once and in the trainer's buffer.
+  std::vector<std::string> worker_buffers;
+  for (int i = 1; i <= kWorkers; ++i) {
+    worker_buffers.push_back(data + "/worker-" + std::to_string(i) + "/buffer");
+  }
+  const auto written = fleet::Contents(worker_buffers);
+  ASSERT_GT(written.size(), 0u);
+  EXPECT_TRUE(WaitFor(90, [&] {
+    return StreamLength(redis_port) >= static_cast<long long>(written.size()) &&
+           fleet::Contents({trainer_buffer}).size() >= written.size();
+  })) << up.Output();
+  EXPECT_EQ(StreamLength(redis_port), static_cast<long long>(written.size()));
+  const auto ingested = fleet::Contents({trainer_buffer});
+  size_t missing = 0;
+  for (const auto& kv : written) {
+    auto it = ingested.find(kv.first);
+    if (it == ingested.end() || it->second != kv.second) ++missing;
+  }
+  EXPECT_EQ(missing, 0u) << "of " << written.size() << " records";
+  EXPECT_EQ(ingested.size(), written.size());
+
+  up.Signal(SIGINT);
+  const int st = up.Wait(90);
+  ASSERT_NE(st, -1) << "specloop up did not stop\n" << up.Output();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << up.Output();
+}
+
+}  // namespace
+}  // namespace specloop
