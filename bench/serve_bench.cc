@@ -25,9 +25,13 @@
 //                    [--prompt-lookup 1 (adds the mode auto_lookup: auto with prompt lookup)]
 //                    [--draft-mode tree (adds the mode auto_tree: auto with token trees of
 //                    2,2,1,1 on offer; also prints the share of steps that drafted a tree)]
-//                    [--ship 1 (adds the mode auto_ship: auto while a RecordShipper thread
-//                    tails the buffer into a redis-server on loopback, as `specloop buffer
-//                    ship` beside a worker would)]
+//                    [--ship 1 (adds the modes auto_ship and off_ship: auto and off while a
+//                    RecordShipper thread tails the buffer into a redis-server on loopback,
+//                    as `specloop buffer ship` beside a worker would; also prints the CPU the
+//                    shipper and redis-server used, in cores)]
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -37,6 +41,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include <httplib.h>
@@ -78,7 +83,27 @@ struct RunResult {
   double tokens_per_second, p50, p99;
   double k_mean;  // draft tokens per verification step, timed part
   double tree_share;  // steps that drafted a token tree, timed part
+  double ship_cores;  // CPU of the shipper thread and redis-server over the arm's wall time
 };
+
+// CPU seconds (user + system) process `pid` has used; 0 when unreadable.
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');  // the command name may hold spaces
+  if (paren == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string f;
+  double utime = 0, stime = 0;
+  for (int i = 3; fields >> f; ++i) {  // field 3 is the state; 14 utime, 15 stime (ticks)
+    if (i == 14) utime = std::atof(f.c_str());
+    if (i == 15) {
+      stime = std::atof(f.c_str());
+      break;
+    }
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
 
 // One stack, `concurrency` clients, `requests` requests per client.
 // `warmup` untimed requests per client first (different prompts' seeds, same mix).
@@ -135,6 +160,8 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
   std::unique_ptr<RecordShipper> shipper;
   std::atomic<bool> stop_shipping{false};
   std::thread ship_thread;
+  double ship_thread_cpu = 0;
+  const auto arm_start = Clock::now();
   if (mode.ship) {
     redis_dir = std::make_unique<e2e::TempDir>();
     const int redis_port = e2e::FreePort();
@@ -157,7 +184,12 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
       std::cerr << "serve_bench: shipper: " << s.ToString() << "\n";
       std::exit(1);
     }
-    ship_thread = std::thread([&] { shipper->Run(stop_shipping); });
+    ship_thread = std::thread([&] {
+      shipper->Run(stop_shipping);
+      timespec ts;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      ship_thread_cpu = ts.tv_sec + ts.tv_nsec * 1e-9;
+    });
   }
 
   // Closed-loop clients sending `n` requests each; returns per-client latencies and tokens.
@@ -197,11 +229,15 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
   server.Stop();
   server_thread.join();
   scheduler.Stop();
+  double ship_cores = 0;
   if (ship_thread.joinable()) {
     stop_shipping = true;
     ship_thread.join();
-    std::cerr << "serve_bench: auto_ship shipped " << shipper->stats().records.load()
-              << " records (" << shipper->stats().bytes.load() / 1e6 << " MB)\n";
+    const double cpu = ship_thread_cpu + ProcessCpuSeconds(redis->pid());
+    ship_cores = cpu / std::chrono::duration<double>(Clock::now() - arm_start).count();
+    std::cerr << "serve_bench: " << mode.name << " shipped " << shipper->stats().records.load()
+              << " records (" << shipper->stats().bytes.load() / 1e6 << " MB); shipper and "
+              << "redis-server used " << cpu << " s of CPU\n";
     shipper.reset();
   }
   sample_logger.reset();
@@ -222,7 +258,7 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
   const double tree_steps = e2e::MetricValue(after, "specloop_tree_steps_total") -
                             e2e::MetricValue(before, "specloop_tree_steps_total");
   return {total / wall, Percentile(all, 0.5), Percentile(all, 0.99),
-          steps > 0 ? drafted / steps : 0, steps > 0 ? tree_steps / steps : 0};
+          steps > 0 ? drafted / steps : 0, steps > 0 ? tree_steps / steps : 0, ship_cores};
 }
 
 // The direct way to the logger's per-row work (FillTopK's contract: log-probs at temperature 1,
@@ -330,7 +366,10 @@ int main(int argc, char** argv) {
                              {"off_nolog", 0, false}};
   if (lookup_mode) modes.push_back({"auto_lookup", -1, true, true});
   if (tree_mode) modes.push_back({"auto_tree", -1, true, false, true});
-  if (ship_mode) modes.push_back({"auto_ship", -1, true, false, false, true});
+  if (ship_mode) {
+    modes.push_back({"auto_ship", -1, true, false, false, true});
+    modes.push_back({"off_ship", 0, true, false, false, true});
+  }
   double off_at_one = 0;  // plain decoding's throughput at one client, when measured
   for (int conc : concurrencies) {
     const int per_client = requests > 0 ? requests : std::max(4, 64 / conc);
@@ -342,10 +381,11 @@ int main(int argc, char** argv) {
       }
     }
     for (const Mode& m : modes) {
-      std::vector<double> t, p50, p99, k_mean, tree_share;
+      std::vector<double> t, p50, p99, k_mean, tree_share, ship_cores;
       for (const RunResult& rr : runs[m.name]) {
         k_mean.push_back(rr.k_mean);
         tree_share.push_back(rr.tree_share);
+        ship_cores.push_back(rr.ship_cores);
         t.push_back(rr.tokens_per_second);
         p50.push_back(rr.p50);
         p99.push_back(rr.p99);
@@ -364,18 +404,23 @@ int main(int argc, char** argv) {
       Emit("serve_latency_p99", params, Median(p99), "s");
       Emit("serve_k_mean", params, Median(k_mean), "tokens");
       if (m.tree) Emit("serve_tree_share", params, Median(tree_share), "fraction of steps");
+      if (m.ship) Emit("serve_ship_cpu", params, Median(ship_cores), "cores");
       if (m.name == "off" && conc == 1) off_at_one = Median(t);
       if (m.name == "off" && conc > 1 && off_at_one > 0) {
         Emit("serve_off_scaling", params, Median(t) / off_at_one, "x one client");
       }
     }
     std::vector<double> auto_over_off, overhead, overhead_plain, lookup_over_auto, tree_over_auto,
-        ship_over_auto;
+        ship_over_auto, ship_over_off;
     for (int r = 0; r < reps; ++r) {
       const double a = runs["auto"][r].tokens_per_second;
       if (lookup_mode) lookup_over_auto.push_back(runs["auto_lookup"][r].tokens_per_second / a);
       if (tree_mode) tree_over_auto.push_back(runs["auto_tree"][r].tokens_per_second / a);
-      if (ship_mode) ship_over_auto.push_back(runs["auto_ship"][r].tokens_per_second / a);
+      if (ship_mode) {
+        ship_over_auto.push_back(runs["auto_ship"][r].tokens_per_second / a);
+        ship_over_off.push_back(runs["off_ship"][r].tokens_per_second /
+                                runs["off"][r].tokens_per_second);
+      }
       auto_over_off.push_back(a / runs["off"][r].tokens_per_second);
       overhead.push_back(1.0 - a / runs["auto_nolog"][r].tokens_per_second);
       overhead_plain.push_back(1.0 - runs["off"][r].tokens_per_second /
@@ -388,7 +433,11 @@ int main(int argc, char** argv) {
     Emit("serve_logging_overhead_plain", params, Median(overhead_plain), "fraction");
     if (lookup_mode) Emit("serve_lookup_over_auto", params, Median(lookup_over_auto), "ratio");
     if (tree_mode) Emit("serve_tree_over_auto", params, Median(tree_over_auto), "ratio");
-    if (ship_mode) Emit("serve_ship_over_auto", params, Median(ship_over_auto), "ratio");
+    if (ship_mode) {
+      Emit("serve_ship_over_auto", params, Median(ship_over_auto), "ratio");
+      // The same at k = 0 in both: shipping's own cost, apart from any choice of k it moves.
+      Emit("serve_ship_over_off", params, Median(ship_over_off), "ratio");
+    }
   }
   return 0;
 }

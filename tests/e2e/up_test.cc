@@ -120,6 +120,19 @@ TEST(UpTest, BadServeArgumentsAreNotRestarted) {
   EXPECT_EQ(up.Output().find("started train"), std::string::npos) << up.Output();
 }
 
+TEST(UpTest, ZeroWorkersIsAConfigurationError) {
+  TempDir tmp("specloop-up");
+  const UpPorts ports;
+  std::vector<std::string> cmd = UpCommand(tmp.Sub("data"), ports);
+  cmd.insert(cmd.end(), {"--workers", "0"});
+  Child up(cmd);
+  const int st = up.Wait(30);
+  ASSERT_NE(st, -1) << up.Output();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << up.Output();
+  EXPECT_NE(up.Output().find("--workers must be at least 1"), std::string::npos) << up.Output();
+  EXPECT_EQ(up.Output().find("started serve"), std::string::npos) << up.Output();
+}
+
 }  // namespace
 }  // namespace e2e
 }  // namespace specloop
