@@ -18,6 +18,14 @@ struct ReplayReader::Dir {
   // Per domain, the last index key already in the catalog. GUARDED_BY(catch_up_mu_)
   std::map<std::string, std::string> last_index_key;
   ~Dir() { CloseDb(db, &handles); }
+
+  // The stored bytes of the record at `key` (NotFound once retention removed it).
+  Status Get(std::string_view key, rocksdb::PinnableSlice* value) const {
+    value->Reset();
+    return FromRocks(db->Get(rocksdb::ReadOptions(), handles[0],
+                             rocksdb::Slice(key.data(), key.size()), value),
+                     "reading record");
+  }
 };
 
 namespace {
@@ -175,9 +183,7 @@ Status ReplayReader::RefreshCatalog() {
 Status ReplayReader::ReadRecord(size_t dir, std::string_view key, Record* record) {
   Dir& d = *dirs_[dir];
   rocksdb::PinnableSlice value;
-  const rocksdb::Slice k(key.data(), key.size());
-  SPECLOOP_RETURN_IF_ERROR(
-      FromRocks(d.db->Get(rocksdb::ReadOptions(), d.handles[0], k, &value), "reading record"));
+  SPECLOOP_RETURN_IF_ERROR(d.Get(key, &value));
   records_decoded_.fetch_add(1);
   return DecodeRecord(std::string_view(value.data(), value.size()), record)
       .Annotate("in " + d.path);
@@ -251,12 +257,7 @@ Status ReplayReader::ScanEncoded(const ScanOptions& options, const EncodedVisito
     Cursor& c = cursors[best];
     std::string_view data;
     if (options.domain) {  // the index holds keys: the record is read from the records
-      Dir& d = *dirs_[best];
-      value.Reset();
-      SPECLOOP_RETURN_IF_ERROR(FromRocks(
-          d.db->Get(rocksdb::ReadOptions(), d.handles[0],
-                    rocksdb::Slice(best_key.data(), best_key.size()), &value),
-          "reading record"));
+      SPECLOOP_RETURN_IF_ERROR(dirs_[best]->Get(best_key, &value));
       data = std::string_view(value.data(), value.size());
     } else {
       data = View(c.it->value());

@@ -316,8 +316,7 @@ void Scheduler::Admit() {
               tokens.push_back(block.tokens[node]);
             }
             const at::Tensor picked = rows.index_select(
-                0, at::from_blob(index.data(), {static_cast<int64_t>(index.size())}, at::kLong)
-                       .clone());
+                0, at::from_blob(index.data(), {static_cast<int64_t>(index.size())}, at::kLong));
             sample_logger_->AddStep(s->trace, done.start_pos, tokens,
                                     static_cast<int>(path.size()), picked);
             return;
