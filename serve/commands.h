@@ -20,6 +20,8 @@ void AddConvertCommand(CLI::App& app, int* exit_code);
 void AddServeCommand(CLI::App& app, int* exit_code);
 // `specloop up`: serve and train as supervised children (serve/up_command.cc).
 void AddUpCommand(CLI::App& app, int* exit_code);
+// `specloop proxy`: one port in front of serving workers (serve/proxy_command.cc).
+void AddProxyCommand(CLI::App& app, int* exit_code);
 // `specloop tokenize` and `specloop detokenize` (serve/tokenize_command.cc).
 void AddTokenizeCommand(CLI::App& app, int* exit_code);
 // `specloop keygen DIR`: the trainer's CURVE key pair (serve/keygen_command.cc).

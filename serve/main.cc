@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   specloop::AddServeCommand(app, &exit_code);
   specloop::AddTrainCommand(app, &exit_code);
   specloop::AddUpCommand(app, &exit_code);
+  specloop::AddProxyCommand(app, &exit_code);
   specloop::AddTokenizeCommand(app, &exit_code);
   specloop::AddKeygenCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);

@@ -13,21 +13,23 @@
 // cleanly. Ports given as 0 are chosen once at start and kept across restarts. With
 // --no-train only the server runs, with its draft fixed.
 //
-// A fleet on one machine (--workers N > 1, or --redis): N servers (ports PORT .. PORT+N-1,
-// `--worker-id i`, so their metrics carry worker="i"), each with its own buffer and a shipper
-// (`specloop buffer ship`) into a Redis stream, one ingester (`specloop buffer ingest`) that
-// writes the stream into the trainer's buffer, and one trainer whose drafts reach every
-// server. Without --redis a redis-server is started too (loopback, a free port, its
-// append-only file in DATA/redis, fsync on every write: killed, it loses no acknowledged
-// record). Layout:
+// A fleet on one machine (--workers N > 1, or --redis): N servers (`--worker-id i`, so their
+// metrics carry worker="i"), each with its own buffer and a shipper (`specloop buffer ship`)
+// into a Redis stream, one ingester (`specloop buffer ingest`) that writes the stream into
+// the trainer's buffer, and one trainer whose drafts reach every server. With N > 1 clients
+// call one port, PORT, where `specloop proxy` (serve/front_proxy.h) hands each request to the
+// least loaded server and sends it to another when a server dies before answering; the
+// servers listen on PORT+1 .. PORT+N. Without --redis a redis-server is started too
+// (loopback, a free port, its append-only file in DATA/redis, fsync on every write: killed,
+// it loses no acknowledged record). Layout:
 //
 //   DATA/worker-i/buffer, DATA/worker-i/drafts   server i's buffer and fetched drafts
 //   DATA/buffer        the ingested union of the workers' records, read by the trainer
 //   DATA/checkpoints   as above
 //   DATA/redis         the started redis-server's data
 //
-// Start order: redis-server, then each server followed by its shipper, the ingester, the
-// trainer.
+// Start order: redis-server, then each server followed by its shipper, the proxy, the
+// ingester, the trainer.
 //
 // Cores: the servers and the trainer share the machine. Unless told otherwise (--threads, or
 // --serve-arg=--threads / --train-arg=--threads), the trainer gets one compute thread and the
@@ -127,11 +129,17 @@ int RunUp(UpArgs a) {
       return 1;
     }
   }
+  // With a proxy in front (N > 1) it takes PORT and the servers the ports after it.
+  const bool proxy = a.workers > 1;
+  int proxy_port = a.port;
   std::vector<int> ports;
-  for (int i = 0; i < a.workers; ++i) ports.push_back(a.port == 0 ? 0 : a.port + i);
+  for (int i = 0; i < a.workers; ++i) {
+    ports.push_back(a.port == 0 ? 0 : a.port + i + (proxy ? 1 : 0));
+  }
   int redis_port = 0;
   std::vector<int*> to_pick = {&a.trainer_metrics_port, &a.trainer_pub_port,
                                &a.trainer_router_port};
+  if (proxy) to_pick.push_back(&proxy_port);
   for (int& p : ports) to_pick.push_back(&p);
   if (!redis_server.empty()) to_pick.push_back(&redis_port);
   for (int* p : to_pick) {
@@ -195,6 +203,18 @@ int RunUp(UpArgs a) {
       sup.Add(std::move(ship));
     }
   }
+  // The servers' address as the proxy dials it: a wildcard bind is reached on loopback.
+  const std::string dial = a.host == "0.0.0.0" || a.host == "::" ? "127.0.0.1" : a.host;
+  if (proxy) {
+    ChildSpec front;
+    front.name = "proxy";
+    front.argv = {exe, "proxy", "--host", a.host, "--port", std::to_string(proxy_port)};
+    for (int p : ports) {
+      front.argv.insert(front.argv.end(), {"--upstream", dial + ":" + std::to_string(p)});
+    }
+    front.ready_text = "specloop proxy: listening on";
+    sup.Add(std::move(front));
+  }
   if (fleet && !a.no_train) {
     ChildSpec ingest;
     ingest.name = "ingest";
@@ -216,6 +236,10 @@ int RunUp(UpArgs a) {
   }
   sup.StopOnSignals();
   std::printf("specloop up: data %s; serving on", a.data.c_str());
+  if (proxy) {
+    std::printf(" http://%s:%d (proxy, its metrics /metrics) over workers", a.host.c_str(),
+                proxy_port);
+  }
   for (int p : ports) std::printf(" http://%s:%d", a.host.c_str(), p);
   std::printf(" (status page /, metrics /metrics); ");
   if (fleet) std::printf("records through Redis at %s; ", a.redis.c_str());
@@ -246,7 +270,8 @@ void AddUpCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--host", a->host, "the server's bind address")->capture_default_str();
   cmd->add_option("--port", a->port,
-                  "the server's port; with --workers N, PORT .. PORT+N-1 (0 = any free ports)")
+                  "the server's port; with --workers N, the proxy's, and the servers' "
+                  "PORT+1 .. PORT+N (0 = any free ports)")
       ->capture_default_str();
   cmd->add_option("--workers", a->workers,
                   "serving workers: more than 1 ship their records through Redis to the "
