@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -172,6 +173,13 @@ TEST(FrontProxy, SpreadsRequestsAndRelaysBodyHeadersAndStatus) {
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
   EXPECT_NE(health->body.find("\"upstreams_up\":2"), std::string::npos) << health->body;
+  // The proxy's exposition passes Prometheus's own linter.
+  auto metrics = cli.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  FILE* lint = popen("promtool check metrics > /dev/null 2>&1", "w");
+  ASSERT_NE(lint, nullptr);
+  fwrite(metrics->body.data(), 1, metrics->body.size(), lint);
+  EXPECT_EQ(pclose(lint), 0) << metrics->body;
 }
 
 TEST(FrontProxy, LeastLoadedWorkerTakesTheNextRequest) {
