@@ -210,7 +210,8 @@ std::shared_ptr<FrontProxy::Impl::Exchange> FrontProxy::Impl::Start(Upstream* up
     e->cv.notify_all();
     return true;
   };
-  up->in_flight_gauge->Set(up->in_flight.fetch_add(1) + 1);
+  up->in_flight.fetch_add(1);
+  up->in_flight_gauge->Increment();
   ex->thread = std::thread([this, up, e, r = std::move(r)]() mutable {
     httplib::Client cli(up->host, up->port);
     const auto seconds = [](double s) { return std::chrono::microseconds(int64_t(s * 1e6)); };
@@ -219,10 +220,12 @@ std::shared_ptr<FrontProxy::Impl::Exchange> FrontProxy::Impl::Start(Upstream* up
     cli.set_write_timeout(seconds(options.connect_timeout_seconds + 10));
     cli.set_url_encode(false);
     cli.set_keep_alive(false);
+    cli.set_tcp_nodelay(true);  // a request's headers and body go out without Nagle's wait
     httplib::Response res;
     httplib::Error error = httplib::Error::Success;
     const bool ok = cli.send(r, res, error);
-    up->in_flight_gauge->Set(up->in_flight.fetch_sub(1) - 1);
+    up->in_flight.fetch_sub(1);
+    up->in_flight_gauge->Decrement();
     std::lock_guard<std::mutex> lock(e->mu);
     e->error = ok ? httplib::Error::Success
                   : (error == httplib::Error::Success ? httplib::Error::Unknown : error);
@@ -338,6 +341,8 @@ Status FrontProxy::Bind(int* port) {
   const int threads = std::max(4, p.options.threads);
   p.server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   p.server.set_payload_max_length(p.options.max_body_bytes);
+  p.server.set_tcp_nodelay(true);  // each relayed event leaves at once
+  p.server.set_keep_alive_max_count(100);  // as a worker's (HttpServerOptions)
   p.server.Get("/health", [&p](const httplib::Request&, httplib::Response& res) { p.Health(res); });
   p.server.Get("/metrics", [&p](const httplib::Request&, httplib::Response& res) {
     res.set_content(p.registry.Serialize(), kMetricsContentType);

@@ -98,6 +98,7 @@ void AlphaAccumulator::Add(const RecordAlpha& r) {
   est_.regimes[r.regime].positions += static_cast<int64_t>(r.logged.size());
   std::vector<double>& values = est_.logged_values[r.domain];
   values.insert(values.end(), r.logged.begin(), r.logged.end());
+  est_.record_ends[r.domain].push_back(values.size());
   est_.domains[r.domain].positions += static_cast<int64_t>(r.logged.size());
 }
 

@@ -43,6 +43,10 @@ struct AlphaEstimate {
   // Per domain, the lower bound of each position in record order: two models estimated
   // on the same records have paired values (the gate's paired standard error).
   std::map<std::string, std::vector<double>> logged_values;
+  // Per domain, where each record's values end in logged_values (exclusive, increasing): a
+  // record's positions share its prompt and context, so the gate's standard error treats
+  // records, not positions, as the independent draws.
+  std::map<std::string, std::vector<size_t>> record_ends;
 
   // domain -> logged alpha, the form checkpoints and reports carry.
   std::map<std::string, double> LoggedByDomain() const;

@@ -36,9 +36,10 @@ struct GateOptions {
   // old domains (DESIGN.md section 6), not the gate, is what keeps them. Default: 1.
   double max_regression_per_gain = 1.0;
   // A fall beyond the tolerance refuses the candidate only when it is also more than this
-  // many standard errors of the paired per-position differences (AlphaEstimate::
-  // logged_values): on a small held-out set a fall of a few hundredths is noise. Without
-  // paired values the tolerance alone decides. Default: 2 (one-sided, ~2.3% of noise refused).
+  // many standard errors of the paired differences (AlphaEstimate::logged_values, records as
+  // independent draws: record_ends): on a small held-out set a fall of a few hundredths is
+  // noise. Without paired values the tolerance alone decides. Default: 2 (one-sided, ~2.3%
+  // of noise refused).
   double regression_z = 2.0;
   // Domains evaluated on fewer positions are not judged on their own (too noisy), though they
   // count in the overall mean. Default: 50.

@@ -115,6 +115,44 @@ TEST(PublishGate, AFallWithinItsNoiseIsNotARegression) {
   EXPECT_EQ(d.reason, "domain_regression") << d.detail;
 }
 
+// `records` records of `positions` positions each for `domain`: live at 0.7 everywhere; the
+// candidate at 0.5 on the first half of the records and 0.7 on the rest (a fall of 0.1 on
+// average, all of it in some prompts).
+void AddRecords(AlphaEstimate* live, AlphaEstimate* cand, const std::string& domain,
+                int records, int positions) {
+  for (int r = 0; r < records; ++r) {
+    for (int i = 0; i < positions; ++i) {
+      live->logged_values[domain].push_back(0.7);
+      cand->logged_values[domain].push_back(r < records / 2 ? 0.5 : 0.7);
+    }
+    live->record_ends[domain].push_back(live->logged_values[domain].size());
+    cand->record_ends[domain].push_back(cand->logged_values[domain].size());
+  }
+}
+
+TEST(PublishGate, RecordsNotPositionsAreTheIndependentDraws) {
+  // python falls 0.1 (tolerance 0.03). Four records of 50 positions: the records' mean
+  // differences are -0.2, -0.2, 0, 0, standard error 0.058 (2 SE = 0.115): two prompts the
+  // candidate does worse on are not yet a domain's fall. Per position (200 draws) it would
+  // have been 0.0071 and a refusal.
+  AlphaEstimate live = Make({{"c", 0.5}, {"python", 0.7}});
+  AlphaEstimate cand = Make({{"c", 0.65}, {"python", 0.6}});
+  AddRecords(&live, &cand, "python", 4, 50);
+  GateDecision d = DecideGate({}, live, cand);
+  EXPECT_TRUE(d.publish) << d.detail;
+  // Without the record boundaries the same values are 200 draws: refused.
+  live.record_ends.clear();
+  cand.record_ends.clear();
+  EXPECT_EQ(DecideGate({}, live, cand).reason, "domain_regression");
+  // The same pattern over 40 records (2 SE = 0.032) is a fall.
+  AlphaEstimate live40 = Make({{"c", 0.5}, {"python", 0.7}});
+  AlphaEstimate cand40 = Make({{"c", 0.65}, {"python", 0.6}});
+  AddRecords(&live40, &cand40, "python", 40, 50);
+  d = DecideGate({}, live40, cand40);
+  EXPECT_EQ(d.reason, "domain_regression") << d.detail;
+  EXPECT_NE(d.detail.find("standard errors 0.03"), std::string::npos) << d.detail;
+}
+
 TEST(PublishGate, TrafficWeighsTheOverallGain) {
   // Traffic has moved to "new", which the held-out set covers with few positions: the
   // candidate gains 0.1 there and loses 0.01 (within tolerance) on "old".
