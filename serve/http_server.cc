@@ -118,6 +118,9 @@ Status HttpServer::Bind(int* port) {
   const int threads = std::max(4, options_.threads);
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_payload_max_length(options_.max_body_bytes);
+  // A response goes out in several writes (headers, body; a stream's events): with Nagle's
+  // algorithm each small write after the first waits for the client's delayed ACK (~40 ms).
+  server_->set_tcp_nodelay(true);
   server_->set_read_timeout(std::max(1, options_.read_timeout_seconds), 0);
   server_->set_write_timeout(std::max(1, options_.write_timeout_seconds), 0);
   server_->set_keep_alive_timeout(std::max(1, options_.keep_alive_timeout_seconds));
