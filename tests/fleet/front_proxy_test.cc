@@ -66,10 +66,12 @@ std::unique_ptr<FakeWorker> NamedWorker(const std::string& name, int delay_ms = 
 }
 
 // A raw listener that accepts connections, reads a request's first bytes and then writes
-// `reply` (may be empty) and closes: a worker killed mid-request, or mid-stream.
+// `reply` (may be empty), calls `before_close` (may be empty) and closes: a worker killed
+// mid-request, or mid-stream.
 class DroppingWorker {
  public:
-  explicit DroppingWorker(std::string reply) : reply_(std::move(reply)) {
+  explicit DroppingWorker(std::string reply, std::function<void()> before_close = nullptr)
+      : reply_(std::move(reply)), before_close_(std::move(before_close)) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr = {};
     addr.sin_family = AF_INET;
@@ -87,6 +89,7 @@ class DroppingWorker {
         if (read(c, buf, sizeof(buf)) > 0) accepted_.fetch_add(1);
         if (!reply_.empty() && write(c, reply_.data(), reply_.size()) < 0) {
         }
+        if (before_close_) before_close_();
         close(c);
       }
     });
@@ -101,6 +104,7 @@ class DroppingWorker {
 
  private:
   std::string reply_;
+  std::function<void()> before_close_;
   int fd_ = -1, port_ = 0;
   std::atomic<int> accepted_{0};
   std::thread thread_;
@@ -337,17 +341,31 @@ TEST(FrontProxy, StreamsAreRelayedAsTheyComeAndCutStreamsAreNotSentTwice) {
     EXPECT_EQ(e, httplib::Error::Success);
     EXPECT_EQ(body, "data: 1\n\ndata: 2\n\ndata: [DONE]\n\n");
   }
-  // A worker that dies after the first event: the client sees the stream end early, and the
-  // request is not sent to the other worker (its first event was already relayed).
+  // A worker that dies after the first event has reached the client: the client sees the
+  // stream end early, and the request is not sent to the other worker.
+  client_saw_first = false;
+  const auto wait_for_client = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(20), [&] { return client_saw_first; });
+  };
   DroppingWorker cut(
       "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-      "9\r\ndata: 1\n\n\r\n");
+      "9\r\ndata: 1\n\n\r\n",
+      wait_for_client);
   auto good = NamedWorker("g");
   Proxy proxy({cut.address(), good->address()});
+  const auto note_first = [&](const std::string& b) {
+    if (b == "data: 1\n\n") {
+      std::lock_guard<std::mutex> lock(mu);
+      client_saw_first = true;
+      cv.notify_all();
+    }
+    return true;
+  };
   int cut_streams = 0;
-  for (int i = 0; i < 2; ++i) {  // the workers take turns: one of the two meets `cut`
+  for (int i = 0; i < 2; ++i) {  // the workers take turns: the first request meets `cut`
     std::string body;
-    const httplib::Error e = Stream(proxy.port(), [](const std::string&) { return true; }, &body);
+    const httplib::Error e = Stream(proxy.port(), note_first, &body);
     if (body == "data: 1\n\n") {
       ++cut_streams;
       EXPECT_NE(e, httplib::Error::Success) << "a cut stream must not look complete";
