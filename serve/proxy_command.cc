@@ -1,29 +1,17 @@
 // `specloop proxy`: one port in front of serving workers (serve/front_proxy.h). `specloop up
 // --workers N` runs it in front of its N servers. SIGINT/SIGTERM stop it after the requests
 // in flight are answered.
-#include <signal.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <thread>
 
 #include "serve/commands.h"
 #include "serve/front_proxy.h"
+#include "serve/signal_watcher.h"
 
 namespace specloop {
 
 namespace {
-
-int g_proxy_signal_pipe[2] = {-1, -1};  // as serve's: a watcher thread reads it and stops
-
-void OnProxySignal(int) {
-  const char b = 1;
-  if (write(g_proxy_signal_pipe[1], &b, 1) < 0) {
-  }
-}
 
 int RunProxy(const FrontProxyOptions& options) {
   FrontProxy proxy(options);
@@ -33,31 +21,16 @@ int RunProxy(const FrontProxyOptions& options) {
     std::cerr << "specloop proxy: " << s.ToString() << "\n";
     return s.IsInvalidArgument() ? 2 : 1;
   }
-  if (pipe(g_proxy_signal_pipe) != 0) {
-    std::cerr << "specloop proxy: pipe failed\n";
-    return 1;
-  }
-  struct sigaction sa = {};
-  sa.sa_handler = OnProxySignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
   std::printf("specloop proxy: listening on http://%s:%d (%zu workers:", options.host.c_str(),
               port, options.upstreams.size());
   for (const std::string& u : options.upstreams) std::printf(" %s", u.c_str());
   std::printf(")\n");
   std::fflush(stdout);
-  std::thread watcher([&] {
-    char b;
-    while (read(g_proxy_signal_pipe[0], &b, 1) < 0 && errno == EINTR) {
-    }
-    proxy.Stop();
-  });
-  s = proxy.Run();
-  OnProxySignal(0);  // wakes the watcher when Run() ended by itself
-  watcher.join();
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
+  {
+    SignalWatcher signals;
+    s = signals.Start([&proxy] { proxy.Stop(); });
+    if (s.ok()) s = proxy.Run();
+  }
   if (!s.ok()) {
     std::cerr << "specloop proxy: " << s.ToString() << "\n";
     return 1;

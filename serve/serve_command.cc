@@ -23,6 +23,7 @@
 #include "serve/draft_swapper.h"
 #include "serve/http_server.h"
 #include "serve/sample_logger.h"
+#include "serve/signal_watcher.h"
 #include "serve/scheduler.h"
 #include "serve/serving_metrics.h"
 
@@ -52,16 +53,6 @@ struct ServeArgs {
   double kv_cache_mb = 0;
   bool no_prefix_caching = false;
 };
-
-// SIGINT/SIGTERM write a byte here; a watcher thread reads it and stops the server (library
-// thread pools started before main() may receive the signal, so masks alone do not work).
-int g_signal_pipe[2] = {-1, -1};
-
-void OnSignal(int) {
-  const char b = 1;
-  if (write(g_signal_pipe[1], &b, 1) < 0) {
-  }
-}
 
 // tcp://HOST:PORT -> tcp://HOST:PORT+1 (the trainer's ROUTER beside its PUB by default).
 std::string NextPort(const std::string& endpoint) {
@@ -233,26 +224,15 @@ int RunServe(const ServeArgs& a) {
               logger ? a.buffer.c_str() : "off", a.api_key.empty() ? "off" : "on");
   std::fflush(stdout);
 
-  if (pipe(g_signal_pipe) != 0) {
-    std::cerr << "specloop serve: pipe failed\n";
-    return 1;
-  }
-  struct sigaction sa = {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  std::thread signal_thread([&] {
-    char b;
-    while (read(g_signal_pipe[0], &b, 1) < 0 && errno == EINTR) {
+  {
+    SignalWatcher signals;
+    s = signals.Start([&server] { server.Stop(); });
+    if (!s.ok()) {
+      std::cerr << "specloop serve: " << s.ToString() << "\n";
+      return 1;
     }
-    server.Stop();
-  });
-  s = server.Run();
-  OnSignal(0);  // wakes the watcher when Run() ended by itself
-  signal_thread.join();
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
+    s = server.Run();
+  }
   scheduler.Stop();
   sample_logger.reset();  // drains finished requests into the logger
   if (logger) {
