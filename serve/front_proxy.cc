@@ -249,7 +249,8 @@ void FrontProxy::Impl::Relay(const httplib::Request& req, httplib::Response& res
     std::unique_lock<std::mutex> lock(ex->mu);
     ex->cv.wait(lock, [&] { return ex->finished || (ex->EventStream() && !ex->body.empty()); });
     if (ex->finished && ex->error != httplib::Error::Success) {  // nothing reached the client
-      const bool refused = ex->error == httplib::Error::Connection;
+      const bool refused = ex->error == httplib::Error::Connection ||
+                           ex->error == httplib::Error::ConnectionTimeout;
       CountError(up, refused ? "connect" : "lost");
       if (refused) {
         up->down_until_us.store(NowMicros() + int64_t(options.down_seconds * 1e6));
