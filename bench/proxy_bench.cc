@@ -100,7 +100,9 @@ class Proxy {
  public:
   explicit Proxy(FrontProxyOptions o) : proxy_(o) {
     if (!proxy_.Bind(&port_).ok()) std::exit(1);
-    thread_ = std::thread([this] { proxy_.Run(); });
+    thread_ = std::thread([this] {
+      if (!proxy_.Run().ok()) std::fprintf(stderr, "proxy_bench: the proxy failed\n");
+    });
   }
   ~Proxy() {
     proxy_.Stop();

@@ -120,7 +120,7 @@ class Proxy {
     proxy_ = std::make_unique<FrontProxy>(o);
     Status s = proxy_->Bind(&port_);
     EXPECT_TRUE(s.ok()) << s.ToString();
-    thread_ = std::thread([this] { proxy_->Run(); });
+    thread_ = std::thread([this] { EXPECT_TRUE(proxy_->Run().ok()); });
   }
   ~Proxy() {
     proxy_->Stop();
