@@ -27,7 +27,8 @@ case "$mode" in
   asan)
     dir=build-asan sanitize=address,undefined
     targets=(spec_test kernels_test buffer_test buffer_tool buffer_crash_writer observe_test
-             draft_channel_test e2e_supervisor_test sentencepiece_crosscheck_test fuzz_targets)
+             draft_channel_test e2e_supervisor_test sentencepiece_crosscheck_test
+             fleet_front_proxy_test fuzz_targets)
     # Calibrated for uninstrumented speed (ASan runs the writer 2-3x slower): a count of SIGKILLs
     # that land after progress, and a size band under a write load. Their memory safety is
     # covered by the rest of buffer_test; the normal suite runs them.
@@ -36,14 +37,16 @@ case "$mode" in
   tsan)
     dir=build-tsan sanitize=thread
     targets=(buffer_test buffer_tool buffer_crash_writer observe_test draft_channel_test
-             e2e_supervisor_test serve_http_test serve_hot_swap_test specloop)
+             e2e_supervisor_test serve_http_test serve_hot_swap_test fleet_front_proxy_test
+             specloop)
     # The tests that run threads against each other: the never-blocking logger and the
     # secondary reader beside a writer, the metrics registry, the draft channel's server
     # thread, the supervisor, the scheduler thread with HTTP handler threads (16 concurrent
     # clients, cancellation, logging) and the draft swapper's thread installing drafts while
-    # clients stream (specloop itself: one HTTP test compares with `specloop generate`).
+    # clients stream (specloop itself: one HTTP test compares with `specloop generate`), and
+    # the fleet's proxy (a handler thread and a worker thread per request).
     # TSan slows code 5-15x, so the timing-calibrated buffer tests (crash, retention) stay out.
-    filter=(-E '_NOT_BUILT$' -R '^(ReplayLogger|ReplayReader|MetricsTest|DraftChannel|SupervisorTest|HttpServerTest|HttpServerLogging|HotSwap)\.')
+    filter=(-E '_NOT_BUILT$' -R '^(ReplayLogger|ReplayReader|MetricsTest|DraftChannel|SupervisorTest|HttpServerTest|HttpServerLogging|HotSwap|FrontProxy)\.')
     # LibTorch's intra-op pool (libgomp) and OpenBLAS's pool are not instrumented: TSan cannot
     # see their barriers and would report their hand-offs as races. One thread each keeps every
     # tensor operation on the calling (instrumented) thread; the product's own threads are
