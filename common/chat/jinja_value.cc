@@ -145,6 +145,10 @@ bool Value::Truthy() const {
   return false;
 }
 
+namespace {
+constexpr int kMaxNesting = 256;  // as tojson's
+}  // namespace
+
 bool Value::Equals(const Value& other) const {
   const bool num_a = is_number() || is_bool(), num_b = other.is_number() || other.is_bool();
   if (num_a && num_b) {
@@ -357,7 +361,10 @@ std::string ToJson(const Value& v, int indent, const std::string& item_sep,
   return out;
 }
 
-std::string Value::Repr() const {
+std::string Value::Repr() const { return Repr(0); }
+
+std::string Value::Repr(int depth) const {
+  if (depth > kMaxNesting) throw Error("value nested too deeply");
   switch (type_) {
     case Type::kString:
       return PyQuote(s_);
@@ -370,7 +377,7 @@ std::string Value::Repr() const {
     std::string out = tuple_ ? "(" : "[";
     for (size_t i = 0; i < a_->size(); ++i) {
       if (i) out += ", ";
-      out += (*a_)[i].Repr();
+      out += (*a_)[i].Repr(depth + 1);
     }
     if (tuple_ && a_->size() == 1) out += ",";
     return out + (tuple_ ? ")" : "]");
@@ -379,7 +386,7 @@ std::string Value::Repr() const {
     std::string out = namespace_ ? "<Namespace {" : "{";
     for (size_t i = 0; i < o_->items.size(); ++i) {
       if (i) out += ", ";
-      out += PyQuote(o_->items[i].first) + ": " + o_->items[i].second.Repr();
+      out += PyQuote(o_->items[i].first) + ": " + o_->items[i].second.Repr(depth + 1);
     }
     return out + (namespace_ ? "}>" : "}");
   }

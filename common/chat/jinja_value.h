@@ -89,12 +89,15 @@ class Value {
   bool Equals(const Value& other) const;
   // str(value) as Jinja prints it: "" for undefined, "None", "True", 1.0, ['a', 1].
   std::string Str() const;
-  // repr(value): strings quoted.
+  // repr(value): strings quoted. Throws Error past 256 levels of nesting (a namespace can
+  // hold itself: `set ns.a = ns`).
   std::string Repr() const;
   // The type's name in error messages ("string", "list", ...).
   const char* TypeName() const;
 
  private:
+  std::string Repr(int depth) const;
+
   Type type_ = Type::kUndefined;
   bool b_ = false;
   bool tuple_ = false;

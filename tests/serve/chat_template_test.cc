@@ -249,6 +249,8 @@ TEST(ChatTemplateTest, TemplateErrorsAreClearStatusesNeverCrashes) {
        "too many loop iterations"},
       {std::string(5000, '(') + "1" + std::string(5000, ')'), "nested too deeply"},
       {"{{ '" + std::string(1000, 'x') + "' * 100000 }}", "too long"},
+      // A namespace that holds itself, printed (found by chat_template_fuzzer).
+      {"{% set ns = namespace(i=0) %}{% set ns.i = ns %}{{ ns.i }}", "nested too deeply"},
   };
   for (const Case& c : cases) {
     std::string out;
