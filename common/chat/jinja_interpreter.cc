@@ -19,6 +19,11 @@ using Scope = std::unordered_map<std::string, Value>;
 class Interpreter {
  public:
   Interpreter(const RenderLimits& limits, std::string* out) : limits_(limits), out_(out) {}
+  // Namespaces share their items by reference, so one can hold itself (`set ns.a = ns`): a
+  // cycle of shared pointers. Emptying every namespace of the render breaks them.
+  ~Interpreter() {
+    for (Value& ns : namespaces_) ns.mutable_object().items.clear();
+  }
 
   void Run(const Body& body, const Value& context) {
     scopes_.emplace_back();
@@ -67,8 +72,10 @@ class Interpreter {
       }
       return Value::MakeArray(std::move(out));
     });
-    (*s)["namespace"] = Value::MakeFunction([](const std::vector<Value>& a, const Kwargs& kw) {
+    (*s)["namespace"] = Value::MakeFunction([this](const std::vector<Value>& a,
+                                                   const Kwargs& kw) {
       Value ns = Value::MakeNamespace();
+      namespaces_.push_back(ns);
       if (!a.empty()) {
         if (!a[0].is_dict()) throw Error("namespace() takes a dict or keyword arguments");
         for (const auto& [k, v] : a[0].object().items) ns.mutable_object().Set(k, v);
@@ -532,6 +539,7 @@ class Interpreter {
   std::vector<Scope> scopes_;
   int64_t iterations_ = 0;
   int call_depth_ = 0;
+  std::vector<Value> namespaces_;  // every namespace() of this render
 };
 
 }  // namespace
