@@ -16,7 +16,10 @@ namespace specloop {
 
 // One speculative step: k = draft_tokens.size() draft tokens verified in one target pass.
 struct SpecStep {
-  // Index in Record::tokens of the first draft token (the position the step started at).
+  // Index in Record::tokens of the first draft token (the position the step started at). A
+  // step with start_pos < Record::prompt_len is a prompt row: no draft, the target's
+  // distribution at a prompt position, which the serving prefill computed (logged before the
+  // decoding steps; only positions past a prefix the KV cache already held).
   uint32_t start_pos = 0;
   // The k proposed tokens, in order. A token tree's step is logged as its accepted path (its
   // other nodes are not kept): k = num_accepted, the rows those of the committed positions.

@@ -106,11 +106,11 @@ void SampleLogger::Push(Job job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!job.finish) {
-      if (pending_steps_ >= options_.max_pending_steps) {
-        steps_dropped_.fetch_add(1, std::memory_order_relaxed);
+      if (pending_steps_ + job.steps() > options_.max_pending_steps) {
+        steps_dropped_.fetch_add(job.steps(), std::memory_order_relaxed);
         return;  // `job` (and its view of the logits) is released here
       }
-      ++pending_steps_;
+      pending_steps_ += job.steps();
     }
     jobs_.push_back(std::move(job));
   }
@@ -125,6 +125,16 @@ void SampleLogger::AddStep(const std::shared_ptr<Trace>& trace, uint32_t start_p
   job.step.start_pos = start_pos;
   job.step.draft_tokens.assign(draft_tokens.begin(), draft_tokens.end());
   job.step.num_accepted = static_cast<uint32_t>(num_accepted);
+  job.rows = std::move(rows);
+  Push(std::move(job));
+}
+
+void SampleLogger::AddPromptRows(const std::shared_ptr<Trace>& trace, uint32_t first,
+                                 at::Tensor rows) {
+  Job job;
+  job.trace = trace;
+  job.step.start_pos = first;
+  job.prompt = true;
   job.rows = std::move(rows);
   Push(std::move(job));
 }
@@ -148,10 +158,20 @@ void SampleLogger::WorkerLoop() {
       if (jobs_.empty()) return;  // stop_ and drained
       job = std::move(jobs_.front());
       jobs_.pop_front();
-      if (!job.finish) --pending_steps_;
+      if (!job.finish) pending_steps_ -= job.steps();
     }
     Record& r = job.trace->record;
-    if (!job.finish) {
+    if (job.prompt) {
+      const at::Tensor rows = job.rows.contiguous();
+      const int vocab = static_cast<int>(rows.size(1));
+      for (int64_t i = 0; i < rows.size(0); ++i) {
+        SpecStep step;
+        step.start_pos = job.step.start_pos + static_cast<uint32_t>(i);
+        FillTopK(rows.data_ptr<float>() + i * vocab, 1, vocab, options_.top_k, &step);
+        r.steps.push_back(std::move(step));
+      }
+      job.rows = at::Tensor();
+    } else if (!job.finish) {
       at::Tensor rows = job.rows.contiguous();
       FillTopK(rows.data_ptr<float>(), static_cast<int>(rows.size(0)),
                static_cast<int>(rows.size(1)), options_.top_k, &job.step);

@@ -4,14 +4,16 @@
 // The scheduler thread does the cheap part: per step it hands over the draft tokens, the
 // number accepted, the start position and a view of the target's k + 1 logits rows (no copy;
 // the view keeps the batch's logits tensor alive until the worker is done with it), and at the
-// end of the request the final tokens. A worker thread does the rest off the decoding path:
+// end of the request the final tokens; per prompt chunk of the prefill, the rows of the prompt
+// positions it computed (AddPromptRows). A worker thread does the rest off the decoding path:
 // log-softmax at temperature 1, the top-K ids and log-probs (fp16), the tail mass, and the
 // ReplayLogger::Log() of the finished record.
 //
 // Never blocks the caller: past `max_pending_steps` queued steps a step is dropped (the record
-// is still written, without that step) and counted; ReplayLogger drops are counted there.
+// is still written, without that step) and counted (prompt rows count a step each, and a
+// chunk's rows are kept or dropped together); ReplayLogger drops are counted there.
 //
-// Thread safety: Begin/AddStep/Finish from one thread (the scheduler); stats from any.
+// Thread safety: Begin/AddStep/AddPromptRows/Finish from one thread (the scheduler); stats from any.
 #pragma once
 
 #include <atomic>
@@ -66,6 +68,12 @@ class SampleLogger {
   // ([k + 1, vocab] float32 on the CPU).
   void AddStep(const std::shared_ptr<Trace>& trace, uint32_t start_pos,
                const std::vector<int>& draft_tokens, int num_accepted, at::Tensor rows);
+  // The target's rows at prompt positions first, first + 1, ... (`rows`: [n, vocab] float32
+  // on the CPU; row i is the distribution of tokens[first + i] given the tokens before it),
+  // computed by the prefill: each is logged as a step with no draft tokens (k = 0) at its
+  // position. The trainer distils on them too; its evaluation leaves them out (they are not
+  // what the target generated).
+  void AddPromptRows(const std::shared_ptr<Trace>& trace, uint32_t first, at::Tensor rows);
   // The request ended (any reason): `tokens` = prompt + every generated id. Queues the record.
   void Finish(const std::shared_ptr<Trace>& trace, const std::vector<int>& tokens);
 
@@ -80,6 +88,10 @@ class SampleLogger {
     bool finish = false;
     SpecStep step;       // top-K fields empty until the worker fills them
     at::Tensor rows;     // step rows
+    bool prompt = false;  // rows are prompt positions from step.start_pos on, a step each
+    // Steps it makes (what max_pending_steps counts): a prompt job's rows hold as much as
+    // that many steps of one row.
+    size_t steps() const { return prompt ? static_cast<size_t>(rows.size(0)) : 1; }
     std::vector<int32_t> tokens;  // finish: the final tokens
   };
   void Push(Job job);

@@ -440,7 +440,21 @@ double Scheduler::TakePrefillChunks(const std::vector<Sequence*>& prefilling, in
     if (p.seq->done) continue;
     seconds += ChunkSeconds(rows, p.tokens, p.seq->decoder->prefilled());
     rows += static_cast<int>(p.tokens);
-    chunks->inputs.push_back(p.seq->decoder->PrefillInput(p.tokens));
+    const int64_t begin = p.seq->decoder->prefilled();
+    ForwardInput in = p.seq->decoder->PrefillInput(p.tokens);
+    if (p.seq->trace != nullptr) {
+      // The target's row at each prompt position the chunk computes, for the replay buffer:
+      // row i predicts tokens[begin + i + 1]; the prompt's last position is the first
+      // decoding step's, and a resumed sequence's generated tokens were logged as steps.
+      const int64_t end = std::min<int64_t>(begin + static_cast<int64_t>(in.tokens.size()),
+                                            p.seq->decoder->prompt_len() - 1);
+      p.seq->chunk_first = std::max(begin + 1, p.seq->prompt_logged_to);
+      for (int64_t pos = p.seq->chunk_first; pos <= end; ++pos) {
+        in.logit_rows.push_back(pos - begin - 1);
+      }
+      p.seq->prompt_logged_to = std::max(p.seq->prompt_logged_to, end + 1);
+    }
+    chunks->inputs.push_back(std::move(in));
     chunked->push_back(p.seq);
   }
   return seconds;
@@ -497,6 +511,14 @@ void Scheduler::Step() {
     for (Sequence* seq : chunked) {
       metrics_->ObserveSchedulerError();
       Fail(seq, 500, "prefill failed: " + chunks.error);
+    }
+  } else {
+    for (size_t i = 0; i < chunked.size(); ++i) {
+      Sequence* seq = chunked[i];
+      if (seq->trace == nullptr || seq->chunk_first >= seq->prompt_logged_to) continue;
+      sample_logger_->AddPromptRows(seq->trace, static_cast<uint32_t>(seq->chunk_first),
+                                    chunks.logits[i]);
+      seq->chunk_first = seq->prompt_logged_to;
     }
   }
   if (times.sequences + times.chunks > 0) {

@@ -38,6 +38,11 @@ struct Sequence {
   std::unique_ptr<SpeculativeDecoder> decoder;     // target cache, verification, tokens
   std::unique_ptr<TextStream> text;                // ids -> released text, stop strings
   std::shared_ptr<SampleLogger::Trace> trace;      // null when not logged
+  // Logged: prompt positions [1, prompt_logged_to) have the target's row in the trace or in
+  // this step's chunk, which asked for the rows of positions [chunk_first, prompt_logged_to)
+  // (a resumed prefill logs no position again).
+  int64_t prompt_logged_to = 1;
+  int64_t chunk_first = 1;
   uint64_t draft_version = 0;
   SpeculativeUsage::Suffix suffix_usage;           // the suffix proposer's steps so far
   SpeculativeUsage::Suffix lookup_usage;           // prompt lookup's steps so far

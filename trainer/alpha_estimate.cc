@@ -36,7 +36,7 @@ Status EstimateRecords(const LlamaModel& model, const std::vector<Record>& recor
     for (const std::vector<const Record*>& ptrs : SplitForForward(all, step, kMaxForwardTokens)) {
       PositionBatch pb;
       BuildPositionBatch(ptrs, model.config().vocab_size, model.config().max_position_embeddings,
-                         &pb);
+                         Positions::kGenerated, &pb);
       const size_t group_first = first;
       first += ptrs.size();
       if (pb.size() == 0) continue;

@@ -39,7 +39,7 @@ std::vector<std::vector<const Record*>> SplitForForward(const std::vector<const 
 }
 
 void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, int max_positions,
-                        PositionBatch* out) {
+                        Positions which, PositionBatch* out) {
   *out = PositionBatch();
   size_t K = std::numeric_limits<size_t>::max();
   for (const Record* r : records) {
@@ -66,6 +66,7 @@ void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, in
       for (size_t j = 0; j <= std::min<size_t>(st.num_accepted, k); ++j) {
         const int64_t pos = static_cast<int64_t>(st.start_pos) + static_cast<int64_t>(j);
         if (pos < 1 || pos >= limit) continue;  // row predicts tokens[pos]; read at pos - 1
+        if (which == Positions::kGenerated && pos < static_cast<int64_t>(r->prompt_len)) continue;
         // Validate the row.
         ++stamp;
         bool ok = true;

@@ -42,11 +42,18 @@ struct PositionBatch {
   int64_t size() const { return static_cast<int64_t>(domains.size()); }
 };
 
+// Which positions a batch takes. Serving also logs the target's row at the prompt positions
+// its prefill computed (steps with no draft tokens at start_pos < prompt_len): training
+// distils on them as on the others (the prompt is text of the request's domain, and the row
+// is the target's distribution there); evaluation leaves them out, since acceptance is
+// measured on what the target generates.
+enum class Positions { kAll, kGenerated };
+
 // Builds the positions of `records` (rows chosen as above). Rows with an id outside
 // [0, vocab), a repeated id, a NaN log-prob or no target mass are skipped, as are positions at
 // or beyond max_positions (the draft's context limit). An empty batch (size() == 0) is valid.
 void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, int max_positions,
-                        PositionBatch* out);
+                        Positions which, PositionBatch* out);
 
 // Input tokens of one forward pass of training or evaluation, at most (a longer record goes
 // alone). The pass holds a few logits-sized tensors (and their gradients when training), each

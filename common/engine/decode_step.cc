@@ -236,9 +236,14 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     live.push_back(slot);
   }
   const size_t decode_rows = rows;
+  std::vector<int64_t> chunk_rows;  // logits rows of each prompt chunk
   if (prefill != nullptr) {
     prefill->error.clear();
+    prefill->logits.clear();
     for (ForwardInput& chunk : prefill->inputs) {
+      chunk_rows.push_back(!chunk.logit_rows.empty()
+                               ? static_cast<int64_t>(chunk.logit_rows.size())
+                               : chunk.all_logits ? static_cast<int64_t>(chunk.tokens.size()) : 1);
       const double n = chunk.tokens.size();
       rows += chunk.tokens.size();
       attended += n * static_cast<double>(chunk.cache->length()) + n * (n - 1) / 2.0;
@@ -259,6 +264,13 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     return;
   }
   const double forward_s = SecondsSince(t0);
+  if (prefill != nullptr) {
+    int64_t at = static_cast<int64_t>(decode_rows);  // after the decoding sequences' rows
+    for (const int64_t n : chunk_rows) {
+      prefill->logits.push_back(logits.narrow(0, at, n));
+      at += n;
+    }
+  }
   if (times != nullptr) {
     *times = {forward_s, static_cast<int>(live.size()), static_cast<int>(decode_rows),
               static_cast<int>(inputs.size() - live.size())};

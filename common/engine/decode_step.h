@@ -128,10 +128,14 @@ struct DecodeStepTimes {
 };
 
 // Prompt chunks that ride in the step's target forward (chunked prefill: SpeculativeDecoder::
-// PrefillInput), after the decoding sequences' rows; their logits are unused. The forward's
-// cost, chunks included, is what the step cost table observes.
+// PrefillInput), after the decoding sequences' rows. The forward's cost, chunks included, is
+// what the step cost table observes.
 struct PrefillChunks {
   std::vector<ForwardInput> inputs;
+  // After the step, per input in order: the target's logits rows it asked for (its
+  // ForwardInput::logit_rows; else all_logits' every row, else its last row, which nothing
+  // reads), views into the step's logits. Empty when the forward failed.
+  std::vector<at::Tensor> logits;
   std::string error;  // set when the target forward failed (the chunks are lost)
 };
 

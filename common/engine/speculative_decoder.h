@@ -95,6 +95,8 @@ class SpeculativeDecoder {
   ForwardInput PrefillInput(int64_t max_tokens);
 
   bool finished() const { return finished_; }
+  // Tokens of the prompt (tokens()[0, prompt_len())).
+  int64_t prompt_len() const { return static_cast<int64_t>(prompt_len_); }
   // Generated tokens so far (prompt excluded).
   std::vector<int> generated() const;
   const std::vector<int>& tokens() const { return tokens_; }

@@ -16,6 +16,9 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <c10/core/InferenceMode.h>
+
+#include "buffer/half.h"
 #include "buffer/replay_logger.h"
 #include "buffer/replay_reader.h"
 #include "serve/sample_logger.h"
@@ -622,7 +625,9 @@ TEST(HttpServerChatTemplate, TemplateErrorsAre400AndBosIsNotDoubled) {
 
 // Logging: every finished request (max_tokens, EOS, stop string, streaming) becomes one record
 // whose steps follow the Record convention: for greedy requests the target's top-1 at each
-// verified position is the token the sequence holds there.
+// verified position is the token the sequence holds there. Before them, the prompt positions
+// the prefill computed (all of a new prompt; past the cached prefix when the prompt comes
+// again) carry the target's distribution there, each as a step with no draft (k = 0).
 TEST(HttpServerLogging, EveryFinishedRequestBecomesARecord) {
   TempDir buffer;
   int requests = 0;
@@ -651,13 +656,56 @@ TEST(HttpServerLogging, EveryFinishedRequestBecomesARecord) {
                       return true;
                     }).ok());
   ASSERT_EQ(static_cast<int>(records.size()), requests);
-  int checked = 0;
-  for (const Record& r : records) {
+  std::unique_ptr<LlamaModel> target;
+  ASSERT_TRUE(LlamaModel::Load(serve_test::TargetDir(), {}, &target).ok());
+  int checked = 0, prompt_rows = 0, again = 0;
+  for (size_t n = 0; n < records.size(); ++n) {
+    const Record& r = records[n];
     EXPECT_EQ(r.target_id, "target-6m-test");
     EXPECT_EQ(r.top_k, 64u);
     ASSERT_FALSE(r.steps.empty());
     EXPECT_EQ(ValidateRecord(r), "");
-    for (const SpecStep& s : r.steps) {
+    // The prompt's rows: consecutive positions up to the prompt's last, first, each the
+    // target's log-softmax at that position (fp16 log-probs).
+    size_t i = 0;
+    at::Tensor logprobs;
+    {
+      c10::InferenceMode guard;
+      KVCache cache = target->NewCache(r.prompt_len);
+      logprobs = at::log_softmax(
+          target->Forward({ForwardInput{&cache,
+                                        {r.tokens.begin(), r.tokens.begin() + (r.prompt_len - 1)},
+                                        true, {}, {}}}),
+          1);
+    }
+    for (; i < r.steps.size() && r.steps[i].start_pos < r.prompt_len; ++i) {
+      const SpecStep& s = r.steps[i];
+      EXPECT_TRUE(s.draft_tokens.empty());
+      if (i > 0) {
+        EXPECT_EQ(s.start_pos, r.steps[i - 1].start_pos + 1);
+      }
+      const at::Tensor row = logprobs[s.start_pos - 1];
+      EXPECT_EQ(s.topk_ids[0], row.argmax().item<int64_t>()) << s.start_pos;
+      for (size_t e = 0; e < 8; ++e) {
+        EXPECT_NEAR(HalfToFloat(s.topk_logprobs[e]), row[s.topk_ids[e]].item<float>(), 2e-2);
+      }
+      ++prompt_rows;
+    }
+    ASSERT_GT(i, 0u) << "no prompt rows in " << r.request_id;
+    EXPECT_EQ(r.steps[i - 1].start_pos, r.prompt_len - 1);
+    if (n == 0) {
+      EXPECT_EQ(r.steps[0].start_pos, 1u);  // a new prompt: all of it
+    }
+    if (n > 0 && std::equal(r.tokens.begin(), r.tokens.begin() + r.prompt_len,
+                            records[n - 1].tokens.begin(),
+                            records[n - 1].tokens.begin() + records[n - 1].prompt_len)) {
+      // The same prompt again: only past the prefix the cache kept (16-token blocks).
+      EXPECT_GT(r.steps[0].start_pos, 16u);
+      ++again;
+    }
+    for (; i < r.steps.size(); ++i) {
+      const SpecStep& s = r.steps[i];
+      EXPECT_GE(s.start_pos, r.prompt_len);
       const size_t k = s.draft_tokens.size();
       // (A step cut by max_tokens or EOS accepted drafts that the final tokens do not hold.)
       for (size_t i = 0; i < s.num_accepted && s.start_pos + i < r.tokens.size(); ++i) {
@@ -673,6 +721,8 @@ TEST(HttpServerLogging, EveryFinishedRequestBecomesARecord) {
     }
   }
   EXPECT_GT(checked, 50);
+  EXPECT_EQ(again, requests / 2);
+  EXPECT_GT(prompt_rows, 200);
 }
 
 // cpp-httplib listens with a backlog of 5; Bind() raises it, so a burst of connections that

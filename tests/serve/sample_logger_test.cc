@@ -169,5 +169,46 @@ TEST(SampleLogger, DropsStepsPastTheBacklogInsteadOfBlocking) {
   ASSERT_TRUE(logger->Close().ok());
 }
 
+// A prompt chunk's rows become one k = 0 step per position, in order, and count against the
+// backlog as that many steps: a chunk larger than the room left is dropped whole and counted.
+TEST(SampleLogger, PromptRowsAreStepsOfTheirPositionsAndCountAgainstTheBacklog) {
+  serve_test::TempDir dir;
+  std::unique_ptr<ReplayLogger> logger;
+  ASSERT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), dir.path(), &logger).ok());
+  {
+    SampleLoggerOptions o;
+    o.top_k = 4;
+    o.max_pending_steps = 8;
+    SampleLogger sl(logger.get(), o);
+    auto trace = sl.Begin("c", "cmpl-3", 0, SamplingParams(), {1, 10, 11, 12, 13});
+    at::Tensor rows = at::full({3, 8}, -5.0f);
+    for (int i = 0; i < 3; ++i) rows[i][i + 1] = 5.0f;  // position i + 2's top token: i + 1
+    sl.AddPromptRows(trace, 2, rows);
+    sl.AddPromptRows(trace, 5, at::zeros({9, 8}));  // more than the backlog holds
+    EXPECT_EQ(sl.steps_dropped(), 9u);
+    sl.AddStep(trace, 5, {}, 0, at::randn({1, 8}));
+    sl.Finish(trace, {1, 10, 11, 12, 13, 20});
+  }
+  ASSERT_TRUE(logger->Close().ok());
+  std::unique_ptr<ReplayReader> reader;
+  ASSERT_TRUE(ReplayReader::Open(ReaderOptions(), {dir.path()}, &reader).ok());
+  std::vector<Record> got;
+  ASSERT_TRUE(reader->Scan(ScanOptions(), [&](size_t, const Record& r) {
+                      got.push_back(r);
+                      return true;
+                    }).ok());
+  ASSERT_EQ(got.size(), 1u);
+  const Record& r = got[0];
+  EXPECT_EQ(ValidateRecord(r), "");
+  ASSERT_EQ(r.steps.size(), 4u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.steps[i].start_pos, i + 2);
+    EXPECT_TRUE(r.steps[i].draft_tokens.empty());
+    EXPECT_EQ(r.steps[i].topk_ids.size(), 4u);
+    EXPECT_EQ(r.steps[i].topk_ids[0], static_cast<int32_t>(i + 1));
+  }
+  EXPECT_EQ(r.steps[3].start_pos, 5u);
+}
+
 }  // namespace
 }  // namespace specloop

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "buffer/half.h"
 #include "trainer/distill_loss.h"
 
 namespace specloop {
@@ -28,6 +29,50 @@ std::vector<size_t> Sizes(const std::vector<std::vector<const Record*>>& groups)
     out.push_back(tokens);
   }
   return out;
+}
+
+// A step with one row whose top entry is `id` (K = 2: id and id + 1, the rest in the tail).
+SpecStep OneRow(uint32_t pos, int32_t id) {
+  SpecStep st;
+  st.start_pos = pos;
+  st.topk_ids = {id, id + 1};
+  st.topk_logprobs = {FloatToHalf(-0.5f), FloatToHalf(-2.0f)};
+  st.tail_mass = {0.2f};
+  return st;
+}
+
+std::vector<int64_t> TopIds(const PositionBatch& b) {
+  const at::Tensor first = b.target_ids.select(1, 0).contiguous();
+  return std::vector<int64_t>(first.data_ptr<int64_t>(), first.data_ptr<int64_t>() + first.numel());
+}
+
+// Serving logs the target's rows at prompt positions too (steps at start_pos < prompt_len):
+// training takes them, evaluation (Positions::kGenerated) only what the target generated.
+TEST(BuildPositionBatch, PromptRowsAreTrainedOnButNotEvaluated) {
+  Record r;
+  r.prompt_len = 4;
+  r.tokens = {1, 5, 6, 7, 8, 9};
+  r.top_k = 2;
+  for (uint32_t p = 1; p < 4; ++p) r.steps.push_back(OneRow(p, 10 + p));
+  r.steps.push_back(OneRow(4, 20));  // the first generated token
+  SpecStep two = OneRow(5, 30);      // k = 1, rejected: row 0 only
+  two.draft_tokens = {3};
+  two.topk_ids.insert(two.topk_ids.end(), {31, 32});
+  two.topk_logprobs.insert(two.topk_logprobs.end(), {FloatToHalf(-0.1f), FloatToHalf(-3.0f)});
+  two.tail_mass.push_back(0.1f);
+  r.steps.push_back(two);
+  const std::vector<const Record*> ptrs = {&r};
+
+  PositionBatch all, generated;
+  BuildPositionBatch(ptrs, 64, 1024, Positions::kAll, &all);
+  BuildPositionBatch(ptrs, 64, 1024, Positions::kGenerated, &generated);
+  ASSERT_EQ(all.size(), 5);
+  EXPECT_EQ(all.logit_rows, (std::vector<std::vector<int64_t>>{{0, 1, 2, 3, 4}}));
+  EXPECT_EQ(all.inputs[0], (std::vector<int64_t>{1, 5, 6, 7, 8}));
+  EXPECT_EQ(TopIds(all), (std::vector<int64_t>{11, 12, 13, 20, 30}));
+  ASSERT_EQ(generated.size(), 2);
+  EXPECT_EQ(generated.logit_rows, (std::vector<std::vector<int64_t>>{{3, 4}}));
+  EXPECT_EQ(TopIds(generated), (std::vector<int64_t>{20, 30}));
 }
 
 TEST(SplitForForward, BoundsTheTokensOfEveryGroupAndKeepsOrder) {
