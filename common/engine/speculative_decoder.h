@@ -90,7 +90,8 @@ class SpeculativeDecoder {
   // Tokens in the target's cache: while prefilling, the prompt tokens prefilled so far.
   int64_t prefilled() const { return static_cast<int64_t>(cached_.size()); }
   // The forward of the next at most `max_tokens` (> 0) of them; the caller runs it (in a batch
-  // with others, its logits unused), after which they count as prefilled. REQUIRES:
+  // with others; the decoder reads none of its logits, and a caller may ask for rows, as the
+  // server does to log the prompt's), after which they count as prefilled. REQUIRES:
   // prefill_remaining() > 0.
   ForwardInput PrefillInput(int64_t max_tokens);
 
