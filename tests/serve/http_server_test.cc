@@ -20,8 +20,8 @@
 
 #include "buffer/half.h"
 #include "buffer/replay_logger.h"
-#include "buffer/replay_reader.h"
 #include "serve/sample_logger.h"
+#include "tests/serve/buffer_records.h"
 #include "tests/serve/test_util.h"
 
 namespace specloop {
@@ -648,13 +648,7 @@ TEST(HttpServerLogging, EveryFinishedRequestBecomesARecord) {
     ASSERT_EQ(Complete(*c, {{"prompt", "x"}, {"model", "bad"}}).status, 404);  // not logged
     server.Shutdown();
   }
-  std::unique_ptr<ReplayReader> reader;
-  ASSERT_TRUE(ReplayReader::Open(ReaderOptions(), {buffer.path()}, &reader).ok());
-  std::vector<Record> records;
-  ASSERT_TRUE(reader->Scan(ScanOptions(), [&](size_t, const Record& r) {
-                      records.push_back(r);
-                      return true;
-                    }).ok());
+  const std::vector<Record> records = serve_test::ReadRecords(buffer.path());
   ASSERT_EQ(static_cast<int>(records.size()), requests);
   std::unique_ptr<LlamaModel> target;
   ASSERT_TRUE(LlamaModel::Load(serve_test::TargetDir(), {}, &target).ok());
@@ -667,7 +661,7 @@ TEST(HttpServerLogging, EveryFinishedRequestBecomesARecord) {
     EXPECT_EQ(ValidateRecord(r), "");
     // The prompt's rows: consecutive positions up to the prompt's last, first, each the
     // target's log-softmax at that position (fp16 log-probs).
-    size_t i = 0;
+    size_t step = 0;  // r.steps[0, step): the prompt's rows
     at::Tensor logprobs;
     {
       c10::InferenceMode guard;
@@ -678,11 +672,11 @@ TEST(HttpServerLogging, EveryFinishedRequestBecomesARecord) {
                                         true, {}, {}}}),
           1);
     }
-    for (; i < r.steps.size() && r.steps[i].start_pos < r.prompt_len; ++i) {
-      const SpecStep& s = r.steps[i];
+    for (; step < r.steps.size() && r.steps[step].start_pos < r.prompt_len; ++step) {
+      const SpecStep& s = r.steps[step];
       EXPECT_TRUE(s.draft_tokens.empty());
-      if (i > 0) {
-        EXPECT_EQ(s.start_pos, r.steps[i - 1].start_pos + 1);
+      if (step > 0) {
+        EXPECT_EQ(s.start_pos, r.steps[step - 1].start_pos + 1);
       }
       const at::Tensor row = logprobs[s.start_pos - 1];
       EXPECT_EQ(s.topk_ids[0], row.argmax().item<int64_t>()) << s.start_pos;
@@ -691,8 +685,8 @@ TEST(HttpServerLogging, EveryFinishedRequestBecomesARecord) {
       }
       ++prompt_rows;
     }
-    ASSERT_GT(i, 0u) << "no prompt rows in " << r.request_id;
-    EXPECT_EQ(r.steps[i - 1].start_pos, r.prompt_len - 1);
+    ASSERT_GT(step, 0u) << "no prompt rows in " << r.request_id;
+    EXPECT_EQ(r.steps[step - 1].start_pos, r.prompt_len - 1);
     if (n == 0) {
       EXPECT_EQ(r.steps[0].start_pos, 1u);  // a new prompt: all of it
     }
@@ -703,8 +697,8 @@ TEST(HttpServerLogging, EveryFinishedRequestBecomesARecord) {
       EXPECT_GT(r.steps[0].start_pos, 16u);
       ++again;
     }
-    for (; i < r.steps.size(); ++i) {
-      const SpecStep& s = r.steps[i];
+    for (; step < r.steps.size(); ++step) {
+      const SpecStep& s = r.steps[step];
       EXPECT_GE(s.start_pos, r.prompt_len);
       const size_t k = s.draft_tokens.size();
       // (A step cut by max_tokens or EOS accepted drafts that the final tokens do not hold.)

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "buffer/half.h"
-#include "buffer/replay_reader.h"
+#include "tests/serve/buffer_records.h"
 #include "tests/serve/test_util.h"
 
 namespace specloop {
@@ -126,13 +126,7 @@ TEST(SampleLogger, WritesOneRecordPerRequestWithEveryStep) {
   ASSERT_TRUE(logger->Close().ok());
   EXPECT_EQ(logger->stats().records_written.load(), 1u);
 
-  std::unique_ptr<ReplayReader> reader;
-  ASSERT_TRUE(ReplayReader::Open(ReaderOptions(), {dir.path()}, &reader).ok());
-  std::vector<Record> got;
-  ASSERT_TRUE(reader->Scan(ScanOptions(), [&](size_t, const Record& r) {
-                      got.push_back(r);
-                      return true;
-                    }).ok());
+  const std::vector<Record> got = serve_test::ReadRecords(dir.path());
   ASSERT_EQ(got.size(), 1u);
   const Record& r = got[0];
   EXPECT_EQ(r.domain, "prose");
@@ -190,13 +184,7 @@ TEST(SampleLogger, PromptRowsAreStepsOfTheirPositionsAndCountAgainstTheBacklog) 
     sl.Finish(trace, {1, 10, 11, 12, 13, 20});
   }
   ASSERT_TRUE(logger->Close().ok());
-  std::unique_ptr<ReplayReader> reader;
-  ASSERT_TRUE(ReplayReader::Open(ReaderOptions(), {dir.path()}, &reader).ok());
-  std::vector<Record> got;
-  ASSERT_TRUE(reader->Scan(ScanOptions(), [&](size_t, const Record& r) {
-                      got.push_back(r);
-                      return true;
-                    }).ok());
+  const std::vector<Record> got = serve_test::ReadRecords(dir.path());
   ASSERT_EQ(got.size(), 1u);
   const Record& r = got[0];
   EXPECT_EQ(ValidateRecord(r), "");

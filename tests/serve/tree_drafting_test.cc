@@ -11,10 +11,10 @@
 #include <gtest/gtest.h>
 
 #include "buffer/replay_logger.h"
-#include "buffer/replay_reader.h"
 #include "common/engine/generate.h"
 #include "serve/sample_logger.h"
 #include "serve/scheduler.h"
+#include "tests/serve/buffer_records.h"
 #include "tests/serve/test_util.h"
 
 namespace specloop {
@@ -118,13 +118,7 @@ TEST_F(TreeDrafting, FixedDepthTreesGiveTheGreedyOutputAndLogTheirAcceptedPath) 
   // The records: the target's greedy outputs, and each step the accepted path of its tree,
   // whose rows are the target's at the committed positions: under greedy decoding each row's
   // top token is the token committed there.
-  std::unique_ptr<ReplayReader> reader;
-  ASSERT_TRUE(ReplayReader::Open(ReaderOptions(), {dir.path()}, &reader).ok());
-  std::vector<Record> records;
-  ASSERT_TRUE(reader->Scan(ScanOptions(), [&](size_t, const Record& r) {
-                      records.push_back(r);
-                      return true;
-                    }).ok());
+  const std::vector<Record> records = serve_test::ReadRecords(dir.path());
   ASSERT_EQ(records.size(), static_cast<size_t>(kRequests));
   int64_t logged_steps = 0, checked_rows = 0;
   for (const Record& r : records) {
