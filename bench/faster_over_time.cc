@@ -808,10 +808,30 @@ bool Summarize(std::ostream& file, const std::vector<Arm>& arms,
     // quarter (>= 0.9: 90% of the phase-end speed within the first half), and the first
     // window (of --window requests, two windows averaged) reaching 90% of it, as a fraction of
     // the phase.
+    const int q2 = from + quarter, q3 = from + 2 * quarter;
     EmitSummary(file, "adaptation_second_quarter_over_phase_end", params,
-                Sum(online, trace, from + quarter, from + 2 * quarter, d).tokens_per_second() /
-                    n.tokens_per_second(),
-                "x");
+                Sum(online, trace, q2, q3, d).tokens_per_second() / n.tokens_per_second(), "x");
+    // The same ratio for the arms that do not learn: what the trace alone does to tokens/s
+    // between the two quarters (a domain's prompts start to recur part way through its phase,
+    // and the suffix proposer answers a recurring greedy request 8 tokens a step, in every
+    // arm). And online's tokens/s over the reference arm's on the same requests, second
+    // quarter against last: adaptation with the trace's composition divided out.
+    for (const Arm* control : {&stat, reference}) {
+      if (control == nullptr) continue;
+      EmitSummary(file, "adaptation_second_quarter_over_phase_end_control",
+                  {{"domain", d}, {"phase", ph.name}, {"arm", control->name}},
+                  Sum(*control, trace, q2, q3, d).tokens_per_second() /
+                      Sum(*control, trace, tail, to, d).tokens_per_second(),
+                  "x");
+    }
+    if (reference != nullptr) {
+      const double second = Sum(online, trace, q2, q3, d).tokens_per_second() /
+                            Sum(*reference, trace, q2, q3, d).tokens_per_second();
+      const double last =
+          n.tokens_per_second() / Sum(*reference, trace, tail, to, d).tokens_per_second();
+      EmitSummary(file, "adaptation_second_quarter_over_phase_end_vs_reference", params,
+                  second / last, "x");
+    }
     double reached = 1.0;
     for (int w = from; w < to; w += o.window) {
       const Tally t = Sum(online, trace, w, std::min(to, w + 2 * o.window), d);
