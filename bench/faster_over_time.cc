@@ -809,8 +809,9 @@ bool Summarize(std::ostream& file, const std::vector<Arm>& arms,
     // window (of --window requests, two windows averaged) reaching 90% of it, as a fraction of
     // the phase.
     const int q2 = from + quarter, q3 = from + 2 * quarter;
+    const double online_q2 = Sum(online, trace, q2, q3, d).tokens_per_second();
     EmitSummary(file, "adaptation_second_quarter_over_phase_end", params,
-                Sum(online, trace, q2, q3, d).tokens_per_second() / n.tokens_per_second(), "x");
+                online_q2 / n.tokens_per_second(), "x");
     // The same ratio for the arms that do not learn: what the trace alone does to tokens/s
     // between the two quarters (a domain's prompts start to recur part way through its phase,
     // and the suffix proposer answers a recurring greedy request 8 tokens a step, in every
@@ -825,8 +826,7 @@ bool Summarize(std::ostream& file, const std::vector<Arm>& arms,
                   "x");
     }
     if (reference != nullptr) {
-      const double second = Sum(online, trace, q2, q3, d).tokens_per_second() /
-                            Sum(*reference, trace, q2, q3, d).tokens_per_second();
+      const double second = online_q2 / Sum(*reference, trace, q2, q3, d).tokens_per_second();
       const double last =
           n.tokens_per_second() / Sum(*reference, trace, tail, to, d).tokens_per_second();
       EmitSummary(file, "adaptation_second_quarter_over_phase_end_vs_reference", params,
