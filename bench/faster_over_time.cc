@@ -792,6 +792,30 @@ bool Summarize(std::ostream& file, const std::vector<Arm>& arms,
                   n.tokens_per_second() / Sum(*reference, trace, tail, to, d).tokens_per_second(),
                   "x");
     }
+    // The same ratios by temperature, and the greedy requests' share of the online arm's
+    // decoding time. A domain's prompts recur by its phase's end, and a recurring greedy request
+    // is answered by the suffix proposer ~8 tokens a step in every arm, so there the arms tie:
+    // the phase-end ratio is the sampled requests' ratio diluted by that share.
+    for (const double temperature : {0.0, 0.8}) {
+      const auto at = [&](int i) { return trace[i].temperature == temperature; };
+      const Tally nt = SumIf(online, trace, tail, to, d, false, at);
+      const json tparams = {{"domain", d}, {"phase", ph.name}, {"temperature", temperature}};
+      EmitSummary(
+          file, "phase_end_tokens_per_second_online_over_static_by_temperature", tparams,
+          nt.tokens_per_second() / SumIf(stat, trace, tail, to, d, false, at).tokens_per_second(),
+          "x");
+      if (reference != nullptr) {
+        EmitSummary(file, "phase_end_tokens_per_second_online_over_reference_by_temperature",
+                    tparams,
+                    nt.tokens_per_second() /
+                        SumIf(*reference, trace, tail, to, d, false, at).tokens_per_second(),
+                    "x");
+      }
+      if (temperature == 0.0) {
+        EmitSummary(file, "phase_end_greedy_share_of_online_decode_seconds", params,
+                    nt.decode_seconds / n.decode_seconds, "fraction");
+      }
+    }
     if (plain != nullptr) {
       const Tally base = Sum(*plain, trace, tail, to, d);
       for (const Arm& a : arms) {
