@@ -794,7 +794,7 @@ bool Summarize(std::ostream& file, const std::vector<Arm>& arms,
     }
     // The same ratios by temperature, and the greedy requests' share of the online arm's
     // decoding time. A domain's prompts recur by its phase's end, and a recurring greedy request
-    // is answered by the suffix proposer ~8 tokens a step in every arm, so there the arms tie:
+    // is answered by the suffix proposer 6.5-8 tokens a step in every arm, so there arms tie:
     // the phase-end ratio is the sampled requests' ratio diluted by that share.
     for (const double temperature : {0.0, 0.8}) {
       const auto at = [&](int i) { return trace[i].temperature == temperature; };
