@@ -104,6 +104,8 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr double kHeldOutFraction = 0.1;  // passed to the trainer as --heldout-fraction
+// The trace's two temperatures (greedy and sampled), alternating in pairs of requests.
+constexpr double kTemperatures[2] = {0.0, 0.8};
 
 struct Options {
   bool short_mode = false;
@@ -260,7 +262,7 @@ std::vector<TraceRequest> BuildTrace(const Options& o, const std::vector<Phase>&
       auto& list = r.eval ? eval[r.domain] : replay[r.domain];
       size_t& next = (r.eval ? next_eval : next_replay)[r.domain];
       r.prompt = list[next++ % list.size()];
-      r.temperature = (r.index / 2) % 2 == 0 ? 0.0 : 0.8;  // replay requests alternate too
+      r.temperature = kTemperatures[(r.index / 2) % 2];  // replay requests alternate too
       trace.push_back(std::move(r));
     }
   }
@@ -532,7 +534,7 @@ int FirstPublish(const Options& o) {
         r.index = i;
         r.domain = "c";
         r.prompt = prompts[i % prompts.size()];
-        r.temperature = (i / 2) % 2 == 0 ? 0.0 : 0.8;
+        r.temperature = kTemperatures[(i / 2) % 2];
         const Result res = Send(&cli, r, o, 0);
         (res.ok ? answered : failed)++;
       }
@@ -724,7 +726,7 @@ void SummarizeSuffix(std::ostream& file, const Arm& with, const Arm& without,
   }
   const int n = static_cast<int>(trace.size());
   for (const bool rec : {true, false}) {
-    for (const double temperature : {0.0, 0.8, -1.0}) {  // -1: both
+    for (const double temperature : {kTemperatures[0], kTemperatures[1], -1.0}) {  // -1: both
       const auto keep = [&](int i) {
         return without.sent[i] && without.results[i].ok && recurring[i] == rec &&
                (temperature < 0 || trace[i].temperature == temperature);
@@ -796,7 +798,7 @@ bool Summarize(std::ostream& file, const std::vector<Arm>& arms,
     // decoding time. A domain's prompts recur by its phase's end, and a recurring greedy request
     // is answered by the suffix proposer 6.5-8 tokens a step in every arm, so there arms tie:
     // the phase-end ratio is the sampled requests' ratio diluted by that share.
-    for (const double temperature : {0.0, 0.8}) {
+    for (const double temperature : kTemperatures) {
       const auto at = [&](int i) { return trace[i].temperature == temperature; };
       const Tally nt = SumIf(online, trace, tail, to, d, false, at);
       const json tparams = {{"domain", d}, {"phase", ph.name}, {"temperature", temperature}};
@@ -811,7 +813,7 @@ bool Summarize(std::ostream& file, const std::vector<Arm>& arms,
                         SumIf(*reference, trace, tail, to, d, false, at).tokens_per_second(),
                     "x");
       }
-      if (temperature == 0.0) {
+      if (temperature == kTemperatures[0]) {
         EmitSummary(file, "phase_end_greedy_share_of_online_decode_seconds", params,
                     nt.decode_seconds / n.decode_seconds, "fraction");
       }
@@ -838,7 +840,7 @@ bool Summarize(std::ostream& file, const std::vector<Arm>& arms,
                 online_q2 / n.tokens_per_second(), "x");
     // The same ratio for the arms that do not learn: what the trace alone does to tokens/s
     // between the two quarters (a domain's prompts start to recur part way through its phase,
-    // and the suffix proposer answers a recurring greedy request 8 tokens a step, in every
+    // and the suffix proposer answers a recurring greedy request 6.5-8 tokens a step, in every
     // arm). And online's tokens/s over the reference arm's on the same requests, second
     // quarter against last: adaptation with the trace's composition divided out.
     for (const Arm* control : {&stat, reference}) {
