@@ -37,7 +37,7 @@ Status DecodeToRecord(const LlamaModel& target, const LlamaModel& draft,
       st.start_pos = static_cast<uint32_t>(dec.tokens().size());
       st.draft_tokens = dec.draft().tokens;
       const int64_t k = static_cast<int64_t>(st.draft_tokens.size());
-      at::Tensor logits = target.Forward({dec.TargetInput()});
+      at::Tensor logits = target.Forward({dec.TargetInput()}).to(at::kCPU, at::kFloat);
       at::Tensor lp = at::log_softmax(logits.narrow(0, logits.size(0) - (k + 1), k + 1), -1);
       auto [vals, ids] = lp.topk(o.top_k, -1);
       at::Tensor tail = (1 - vals.exp().sum(-1)).clamp(0, 1).contiguous();

@@ -8,6 +8,15 @@
 #include <c10/core/InferenceMode.h>
 
 namespace specloop {
+namespace {
+
+// The draft's logits where drafting reads them: float32 rows in host memory (a copy, and a wait
+// for the forward, only when the draft runs on a GPU).
+at::Tensor DraftLogits(const LlamaModel& draft, const std::vector<ForwardInput>& batch) {
+  return draft.Forward(batch).to(at::kCPU, at::kFloat).contiguous();
+}
+
+}  // namespace
 
 DraftModelProposer::DraftModelProposer(const LlamaModel* draft, const SamplingParams& sampling,
                                        float min_confidence,
@@ -160,7 +169,7 @@ void DraftModelProposer::Propose(const std::vector<int>& context, int max_k, Dra
   auto t0 = Clock::now();
   ForwardInput feed = FeedInput(context);
   const size_t fed = feed.tokens.size();
-  at::Tensor logits = draft_->Forward({std::move(feed)});
+  at::Tensor logits = DraftLogits(*draft_, {std::move(feed)});
   const bool steady = fed <= kSteadyFeed;
   if (!steady) {
     const auto t1 = Clock::now();
@@ -177,7 +186,7 @@ void DraftModelProposer::Propose(const std::vector<int>& context, int max_k, Dra
   for (int i = 0; i < max_k; ++i) {
     const int next = Draw(logits.data_ptr<float>(), i, max_k, out);
     if (next < 0) break;
-    logits = draft_->Forward({{&cache_, {next}, false}});
+    logits = DraftLogits(*draft_, {{&cache_, {next}, false}});
     ++forwards;
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -215,7 +224,7 @@ void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items) {
     total_fed += fed[j];
   }
   auto t0 = Clock::now();
-  at::Tensor logits = draft->Forward(inputs);
+  at::Tensor logits = DraftLogits(*draft, inputs);
   double dt = std::chrono::duration<double>(Clock::now() - t0).count();
   for (size_t j = 0; j < n; ++j) {
     const double share = dt * fed[j] / std::max<size_t>(1, total_fed);
@@ -248,7 +257,7 @@ void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items) {
     active = std::move(next_active);
     if (active.empty()) break;
     t0 = Clock::now();
-    logits = draft->Forward(inputs);
+    logits = DraftLogits(*draft, inputs);
     dt = std::chrono::duration<double>(Clock::now() - t0).count();
     for (size_t j : active) {
       seconds[j] += dt / active.size();
@@ -309,7 +318,7 @@ void DraftModelProposer::ProposeTree(int max_k, at::Tensor logits, DraftBlock* o
     ForwardInput in{&cache_, std::vector<int64_t>(out->tokens.begin(), out->tokens.end()), true,
                     out->parents};
     const auto t0 = std::chrono::steady_clock::now();
-    logits = draft_->Forward({std::move(in)})
+    logits = DraftLogits(*draft_, {std::move(in)})
                  .narrow(0, out->tokens.size() - level.size(), level.size())
                  .contiguous();
     tree_forwards_.push_back(

@@ -165,5 +165,16 @@ TEST(Golden, TargetWide46mMatchesReferenceInFloat32AndFloat16) {
   for (size_t i = 0; i < f32.size(); ++i) EXPECT_TRUE(at::equal(f32[i], f16[i])) << "prompt " << i;
 }
 
+// The ATen forward on a GPU (skipped without one), float32 weights and arithmetic: the same
+// goldens and greedy decoding. TF32 stays off (LibTorch's default for matrix products), so
+// only the order of float32 sums differs from the CPU's.
+TEST(Golden, Target6mMatchesPyTorchReferenceOnCuda) {
+  if (!testing::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  LoadOptions cuda;
+  cuda.device = "cuda";
+  cuda.dtype = "float32";
+  CheckGolden(testing::SharedDir() + "/models/target-6m", cuda, 1e-4);
+}
+
 }  // namespace
 }  // namespace specloop

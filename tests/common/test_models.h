@@ -61,4 +61,8 @@ inline std::unique_ptr<LlamaModel> RandomModel(const ModelConfig& c, uint64_t se
   return m;
 }
 
+// Whether tests can run the ATen forward on a GPU: LibTorch built with CUDA and a device present.
+// Tests of the CUDA path skip without one (CI has none; run them on a GPU machine).
+inline bool CudaAvailable() { return at::hasCUDA() && at::getNumGPUs() > 0; }
+
 }  // namespace specloop::testing

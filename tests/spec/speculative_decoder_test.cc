@@ -25,9 +25,10 @@ namespace {
 using spec_test::GTest;
 using spec_test::kSignificance;
 
-std::unique_ptr<LlamaModel> Load(const std::string& name) {
+std::unique_ptr<LlamaModel> Load(const std::string& name,
+                                  const LoadOptions& options = LoadOptions()) {
   std::unique_ptr<LlamaModel> m;
-  Status s = LlamaModel::Load(testing::SharedDir() + "/models/" + name, LoadOptions(), &m);
+  Status s = LlamaModel::Load(testing::SharedDir() + "/models/" + name, options, &m);
   if (!s.ok()) throw std::runtime_error(s.ToString());
   return m;
 }
@@ -524,6 +525,69 @@ TEST(DraftModelProposer, BatchedDraftingEqualsDraftingAlone) {
       contexts[i].push_back(a[i].tokens[0]);
       contexts[i].push_back((a[i].tokens.size() > 1 ? a[i].tokens[1] : a[i].tokens[0]) + 1);
     }
+  }
+}
+
+// On a GPU (skipped without one): both models' forwards run there and drafting reads the
+// draft's logits back to the host. Greedy speculative output equals greedy plain output there,
+// and batched sampled drafting (the server's path) draws what the same drafting on the CPU
+// draws, from the same q up to float rounding.
+TEST(SpeculativeDecoder, RunsOnCuda) {
+  if (!testing::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  c10::InferenceMode guard;
+  LoadOptions cuda;
+  cuda.device = "cuda";
+  cuda.dtype = "float32";
+  auto target = Load("target-6m", cuda);
+  auto draft = Load("draft-mix-1m", cuda);
+  auto cpu_draft = Load("draft-mix-1m");
+  std::unique_ptr<Tokenizer> tok;
+  ASSERT_TRUE(Tokenizer::Load(testing::SharedDir() + "/models/target-6m", &tok).ok());
+  std::vector<std::vector<int>> prompts = Prompts(*tok, "python", 2);
+  for (auto& p : Prompts(*tok, "legal", 2)) prompts.push_back(p);
+
+  GenerateOptions g;
+  g.max_tokens = 40;
+  g.sampling.temperature = 0;
+  g.stop_at_eos = false;
+  SpeculativeStats total;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<int> plain = GeneratePlain(*target, prompts[i], g).tokens;
+    ASSERT_EQ(plain.size(), 40u);
+    DraftModelProposer model(draft.get(), g.sampling);
+    SpeculativeOptions o;
+    o.generate = g;
+    o.k = 4;
+    SpeculativeStats stats;
+    EXPECT_EQ(GenerateSpeculative(*target, &model, prompts[i], o, &stats).tokens, plain)
+        << "prompt " << i;
+    total.Add(stats);
+  }
+  EXPECT_GT(total.accepted, 20);
+  EXPECT_LT(total.accepted, total.drafted);
+
+  std::vector<std::unique_ptr<DraftModelProposer>> on_gpu, on_cpu;
+  std::vector<DraftBlock> a(prompts.size()), b(prompts.size());
+  std::vector<DraftModelProposer::BatchItem> items;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams sp;
+    sp.temperature = 0.8f;
+    sp.seed = 7 + i;
+    on_gpu.push_back(std::make_unique<DraftModelProposer>(draft.get(), sp));
+    on_cpu.push_back(std::make_unique<DraftModelProposer>(cpu_draft.get(), sp));
+    items.push_back({on_gpu[i].get(), &prompts[i], 5, &a[i]});
+    on_cpu[i]->Propose(prompts[i], 5, &b[i]);
+  }
+  DraftModelProposer::ProposeBatch(items);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << "sequence " << i;
+    ASSERT_EQ(a[i].probs.size(), b[i].probs.size()) << "sequence " << i;
+    ASSERT_FALSE(a[i].probs.empty()) << "sequence " << i;
+    float worst = 0;
+    for (size_t j = 0; j < a[i].probs.size(); ++j) {
+      worst = std::max(worst, std::fabs(a[i].probs[j] - b[i].probs[j]));
+    }
+    EXPECT_LT(worst, 1e-5f) << "sequence " << i;
   }
 }
 
