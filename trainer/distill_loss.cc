@@ -1,5 +1,7 @@
 #include "trainer/distill_loss.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <cctype>
 #include <cerrno>
 #include <cmath>
