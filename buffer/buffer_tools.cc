@@ -10,6 +10,7 @@
 #include "buffer/keys.h"
 #include "buffer/record_codec.h"
 #include "buffer/rocksdb_options.h"
+#include "common/base/remove_tree.h"
 
 namespace specloop {
 
@@ -22,10 +23,7 @@ class SecondaryDb {
  public:
   ~SecondaryDb() {
     CloseDb(db_, &handles_);
-    if (!tmp_.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(tmp_, ec);
-    }
+    if (!tmp_.empty()) (void)RemoveTree(tmp_);
   }
   Status Open(const std::string& dir) {
     if (!std::filesystem::exists(dir + "/CURRENT")) {

@@ -8,6 +8,7 @@
 #include "buffer/keys.h"
 #include "buffer/record_codec.h"
 #include "buffer/rocksdb_options.h"
+#include "common/base/remove_tree.h"
 
 namespace specloop {
 
@@ -84,10 +85,7 @@ ReplayReader::~ReplayReader() {
   stop_cv_.notify_all();
   if (catch_up_thread_.joinable()) catch_up_thread_.join();
   dirs_.clear();
-  if (owns_secondary_root_) {
-    std::error_code ec;
-    std::filesystem::remove_all(secondary_root_, ec);
-  }
+  if (owns_secondary_root_) (void)RemoveTree(secondary_root_);
 }
 
 void ReplayReader::CatchUpLoop() {

@@ -13,7 +13,8 @@ function(specloop_test name)
     set(T_TIMEOUT 300)
   endif()
   add_executable(${name} ${T_SOURCES})
-  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  # specloop_base: tests/testing/temp_dir.h removes its directory with RemoveTree.
+  target_link_libraries(${name} PRIVATE ${T_LIBS} specloop_base GTest::gtest GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE
     SPECLOOP_SHARED_DIR="${SPECLOOP_SHARED_DIR}"
     SPECLOOP_BINARY="$<TARGET_FILE:specloop>")

@@ -26,7 +26,7 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:supp
 case "$mode" in
   asan)
     dir=build-asan sanitize=address,undefined
-    targets=(spec_test kernels_test buffer_test buffer_tool buffer_crash_writer observe_test
+    targets=(spec_test kernels_test base_test buffer_test buffer_tool buffer_crash_writer observe_test
              draft_channel_test e2e_supervisor_test sentencepiece_crosscheck_test
              fleet_front_proxy_test fuzz_targets)
     # Calibrated for uninstrumented speed (ASan runs the writer 2-3x slower): a count of SIGKILLs

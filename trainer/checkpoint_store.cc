@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "common/base/remove_tree.h"
 #include "common/channel/draft_channel.h"
 #include "common/model/safetensors.h"
 
@@ -122,8 +123,8 @@ Status CheckpointStore::Save(const LlamaModel& model, CheckpointMeta* meta) {
   }
   const std::string final_dir = Dir(version);
   const std::string tmp = root_ + "/." + VersionDirName(version) + ".tmp";
+  (void)RemoveTree(tmp);  // a save cut short; create_directories reports a failure
   std::error_code ec;
-  fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) return Status::IOError("cannot create " + tmp + ": " + ec.message());
   SPECLOOP_RETURN_IF_ERROR(WriteSafetensors(tmp + "/model.safetensors", model.NamedWeights(),
@@ -152,9 +153,8 @@ void CheckpointStore::Prune(uint64_t latest) {
   std::vector<uint64_t> v = ListVersions(root_);
   const size_t keep = static_cast<size_t>(keep_last_);
   if (v.size() <= keep) return;
-  std::error_code ec;
   for (size_t i = 0; i + keep < v.size(); ++i) {
-    if (v[i] != latest) fs::remove_all(Dir(v[i]), ec);
+    if (v[i] != latest) (void)RemoveTree(Dir(v[i]));  // best effort: retried at the next save
   }
 }
 

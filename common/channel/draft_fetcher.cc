@@ -11,6 +11,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/base/remove_tree.h"
 #include "common/channel/draft_channel.h"
 #include "common/tokenizer/model_config.h"
 
@@ -256,7 +257,7 @@ Status DraftFetcher::Fetch(const DraftAnnouncement& a, const std::string& stagin
   const std::string tmp =
       staging_root + "/." + name + ".tmp" + std::to_string(std::random_device()());
   auto fail = [&](Status s) {
-    fs::remove_all(tmp, ec);
+    (void)RemoveTree(tmp);  // best effort: the error that matters is s
     return s;
   };
   Status s = UnpackCheckpointBundle(bundle, tmp);
@@ -270,7 +271,7 @@ Status DraftFetcher::Fetch(const DraftAnnouncement& a, const std::string& stagin
       !meta.contains("version") || meta["version"] != a.version) {
     return fail(Status::Corruption("draft fetcher: meta.json does not match the checkpoint"));
   }
-  fs::remove_all(final_dir, ec);
+  (void)RemoveTree(final_dir);  // an earlier fetch of this version; rename reports a failure
   fs::rename(tmp, final_dir, ec);
   if (ec) return fail(Status::IOError("draft fetcher: rename to " + final_dir + ": " + ec.message()));
   *dir = final_dir;

@@ -2,8 +2,9 @@
 #pragma once
 
 #include <cstdlib>
-#include <filesystem>
 #include <string>
+
+#include "common/base/remove_tree.h"
 
 namespace specloop {
 namespace testing {
@@ -17,8 +18,7 @@ class TempDir {
     if (mkdtemp(t.data()) != nullptr) path_ = t;
   }
   ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+    if (!path_.empty()) (void)RemoveTree(path_);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
