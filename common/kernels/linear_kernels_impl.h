@@ -125,13 +125,16 @@ void LinearAny(const float* x, long M, long K, const void* w, int type, float* o
 // output is one multiply-add chain over k in order. `next`: how many elements ahead of this
 // tile's panels the next tile's start (0: none, or not to be asked for).
 //
-// Each panel is one sequential stream, and the loads ask for weights ahead of use, into L2. A
-// tile of one or two rows computes fast enough to keep pace with memory: it asks for its own
-// panels kNearSteps columns (2 KB of float32) ahead. A tile of more rows computes long enough
-// between loads that such near requests left the memory idle: it asks for the next tile's
-// weights as it reads its own (`next`, a whole tile ahead). Measured on target-wide-46m's
-// matrices, one thread, both ways in one interleaved run: rows 1 / 5 / 9 took 7.9 / 10.5 /
-// 11.8 ms asking near, 9.0 / 8.8 / 9.9 ms asking for the next tile.
+// Each panel is one sequential stream, and the loads ask for weights ahead of use, into L2:
+// every tile asks for its own panels kNearSteps columns (2 KB of float32) ahead. A tile of one
+// or two rows computes fast enough for that to keep pace with memory. A tile of more rows
+// computes long enough between loads that near requests alone left the memory idle: it also
+// asks for the next tile's weights as it reads its own (`next`, a whole tile ahead). Measured
+// on target-wide-46m's matrices, one thread, each way in one interleaved run: rows 1 / 5 / 9
+// took 7.9 / 10.5 / 11.8 ms asking near, 9.0 / 8.8 / 9.9 ms asking for the next tile. Then
+// whole forwards (engine_bench, float32, one thread, six interleaved runs): 3 / 5 / 9 positions
+// cost 1.22 / 1.20 / 1.33x of one position asking for the next tile only, 1.09 / 1.15 / 1.36x
+// asking for both (medians; float16 and two threads alike or better).
 constexpr long kNearSteps = 32;
 
 template <class W, int MR, int NV>
@@ -153,11 +156,8 @@ inline void PackedTile(const float* x, long K, const typename W::T* panel, long 
     vec wv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      if (MR <= 2) {
-        __builtin_prefetch(p[v] + (k + kNearSteps) * 16, 0, 1);
-      } else if (next != 0) {
-        __builtin_prefetch(p[v] + next + k * 16, 0, 1);
-      }
+      __builtin_prefetch(p[v] + (k + kNearSteps) * 16, 0, 1);
+      if (MR > 2 && next != 0) __builtin_prefetch(p[v] + next + k * 16, 0, 1);
       wv[v] = W::Load(p[v] + k * 16);
     }
 #pragma GCC unroll 16
