@@ -10,7 +10,7 @@
 namespace specloop {
 namespace {
 
-// Depth first (FTW_DEPTH | FTW_PHYS): a directory is visited after its entries. A nonzero return stops
+// Depth first (FTW_DEPTH): a directory is visited after its entries. A nonzero return stops
 // the walk and is what nftw returns.
 int RemoveEntry(const char* path, const struct stat*, int, struct FTW*) {
   return std::remove(path) == 0 ? 0 : errno;
