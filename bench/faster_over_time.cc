@@ -230,7 +230,7 @@ std::vector<TraceRequest> BuildTrace(const Options& o, const std::vector<Phase>&
         std::vector<int> ids = tokenizer->Encode(prompt);  // as serve/completion_params.cc
         if (config.add_bos_token) ids.insert(ids.begin(), config.bos_token_id);
         // A prompt that leaves no room for max_tokens would be refused (400) or cut short.
-        if (static_cast<int64_t>(ids.size()) + o.max_tokens > config.max_position_embeddings) {
+        if (static_cast<int64_t>(ids.size()) + o.max_tokens > config.max_model_len) {
           ++too_long;
           continue;
         }

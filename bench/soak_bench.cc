@@ -127,7 +127,7 @@ std::vector<std::pair<std::string, std::string>> LoadPrompts(const std::string& 
       const std::string prompt = j["prompt"].get<std::string>();
       const size_t tokens = tokenizer->Encode(prompt).size() + 1;  // + BOS
       if (tokens + static_cast<size_t>(max_tokens) <=
-          static_cast<size_t>(config.max_position_embeddings)) {
+          static_cast<size_t>(config.max_model_len)) {
         out.emplace_back(d, prompt);
       }
     }

@@ -35,7 +35,7 @@ Status EstimateRecords(const LlamaModel& model, const std::vector<Record>& recor
     size_t first = 0;  // index in `all` of the group's first record
     for (const std::vector<const Record*>& ptrs : SplitForForward(all, step, kMaxForwardTokens)) {
       PositionBatch pb;
-      BuildPositionBatch(ptrs, model.config().vocab_size, model.config().max_position_embeddings,
+      BuildPositionBatch(ptrs, model.config().vocab_size, model.config().max_model_len,
                          Positions::kGenerated, &pb);
       const size_t group_first = first;
       first += ptrs.size();

@@ -183,7 +183,7 @@ Status Trainer::TrainStep(const std::vector<const Record*>& batch, double* loss_
   int64_t total = 0;
   for (const auto& g : SplitForForward(batch, 0, kMaxForwardTokens)) {
     PositionBatch pb;
-    BuildPositionBatch(g, c.vocab_size, c.max_position_embeddings, Positions::kAll, &pb);
+    BuildPositionBatch(g, c.vocab_size, c.max_model_len, Positions::kAll, &pb);
     if (pb.size() == 0) continue;
     total += pb.size();
     domains.insert(domains.end(), pb.domains.begin(), pb.domains.end());

@@ -36,7 +36,7 @@ void DraftModelProposer::SetDraft(const LlamaModel* draft, std::shared_ptr<KVBlo
 
 bool DraftModelProposer::ReserveCache(int64_t positions) {
   return cache_.Reserve(
-      std::min<int64_t>(positions, draft_->config().max_position_embeddings));
+      std::min<int64_t>(positions, draft_->config().max_model_len));
 }
 
 void DraftModelProposer::DropCache(const std::vector<int>& context) {
@@ -140,7 +140,7 @@ int DraftModelProposer::Draw(const float* row, int i, int max_k, DraftBlock* out
   if (!sampling_.greedy()) out->probs.insert(out->probs.end(), scratch_.begin(), scratch_.end());
   // The last token of a block is never fed: its q is all verification needs.
   if (i + 1 == max_k ||
-      static_cast<int>(cached_.size()) + 1 >= draft_->config().max_position_embeddings) {
+      static_cast<int>(cached_.size()) + 1 >= draft_->config().max_model_len) {
     return -1;
   }
   cached_.push_back(token);
@@ -274,7 +274,7 @@ void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items) {
 void DraftModelProposer::ProposeTree(int max_k, at::Tensor logits, DraftBlock* out,
                                      int* forwards) {
   const int V = draft_->config().vocab_size;
-  const int limit = draft_->config().max_position_embeddings;
+  const int limit = draft_->config().max_model_len;
   const bool greedy = sampling_.greedy();
   const int depth_max = std::min<int>(max_k, branching_.size());
   tree_past_ = cache_.length();

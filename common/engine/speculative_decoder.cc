@@ -58,7 +58,7 @@ void SpeculativeDecoder::AdoptCachedPrefix() {
 
 bool SpeculativeDecoder::ReserveCache(int64_t positions) {
   return cache_.Reserve(
-      std::min<int64_t>(positions, target_->config().max_position_embeddings));
+      std::min<int64_t>(positions, target_->config().max_model_len));
 }
 
 void SpeculativeDecoder::DropCache() {
@@ -92,7 +92,7 @@ void SpeculativeDecoder::Propose(int k) {
 int SpeculativeDecoder::BeginPropose(int k) {
   // Cache slots left beside the pending token: the most draft tokens a step can score.
   const int64_t room =
-      target_->config().max_position_embeddings - static_cast<int64_t>(tokens_.size());
+      target_->config().max_model_len - static_cast<int64_t>(tokens_.size());
   last_k_ = static_cast<int>(std::clamp<int64_t>(k, 0, room));
   draft_.Clear();
   return last_k_;
@@ -102,7 +102,7 @@ void SpeculativeDecoder::EndPropose() {
   // A block that would not fit (a tree's nodes, or a proposer overshooting k) is dropped: the
   // step decodes plainly.
   const int64_t room =
-      target_->config().max_position_embeddings - static_cast<int64_t>(tokens_.size());
+      target_->config().max_model_len - static_cast<int64_t>(tokens_.size());
   const int64_t n = draft_.tokens.size();
   if (n > room || (!draft_.is_tree() && n > last_k_)) draft_.Clear();
 }
@@ -265,7 +265,7 @@ std::vector<int> SpeculativeDecoder::Emit(const spec::ChainOutcome& outcome, int
   for (int i = 0; i < outcome.num_accepted; ++i) stats_.accepted_at[i]++;
 
   // Emit, cutting at EOS, max_tokens and the context limit.
-  const int limit = target_->config().max_position_embeddings;
+  const int limit = target_->config().max_model_len;
   std::vector<int> emitted;
   for (int t : outcome.tokens) {
     tokens_.push_back(t);
@@ -360,7 +360,7 @@ void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k
   const int plain_run = 16;  // plain decoding's forwards timed back to back
   const int room = std::max(k_max + 1, plain_run);  // cache beyond the context
   const int context =
-      std::max(1, std::min(options.context, target.config().max_position_embeddings - room - 1));
+      std::max(1, std::min(options.context, target.config().max_model_len - room - 1));
   const int short_context = options.short_context;
   const bool two = short_context >= 1 && short_context < context;
   auto input = [](KVCache* cache, int n, bool all_logits) {

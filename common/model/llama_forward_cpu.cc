@@ -1,8 +1,9 @@
 // LlamaModel::ForwardCpu: the CPU inference forward, in the shape of llama2.c's run.c. The
 // matrix products run LinearPacked (linear_kernels.h) over the packed weights in float32,
 // float16 or bfloat16, split by output panels over the intra-op threads; attention over the
-// cache is split by (sequence, key/value head) over the same threads; RMSNorm, RoPE and
-// SwiGLU are plain loops over float32 activations.
+// cache is split by (sequence, key/value head) over the same threads; RMSNorm, RoPE, the
+// families' q/k/v biases and per-head q/k norms, and SwiGLU are plain loops over float32
+// activations.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "common/kernels/cpu_kernels.h"
 #include "common/kernels/linear_kernels.h"
 #include "common/model/llama_model.h"
+#include "common/model/rope.h"
 
 namespace specloop {
 
@@ -83,8 +85,11 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
   float* ap = attn.data();
   const WeightType embed_type = WeightTypeOf(embed_);
   for (int64_t r = 0; r < N; ++r) EmbeddingRow(embed_, embed_type, f.ids[r], xp + r * Dm);
-  const float* cosp = rope_cos_.data_ptr<float>();  // [P, 2, half]: cos twice
-  const float* sinp = rope_sin_.data_ptr<float>();  // [P, 2, half]: -sin, then sin
+  std::vector<float> rope_cos(N * half), rope_sin(N * half);  // each row's rotation
+  for (int64_t r = 0; r < N; ++r) {
+    RopeAngles(rope_inv_freq_, f.positions[r], rope_cos.data() + r * half,
+               rope_sin.data() + r * half);
+  }
   int64_t max_new = 0, max_seen = 0;
   for (size_t s = 0; s < batch.size(); ++s) {
     max_new = std::max(max_new, f.lengths[s]);
@@ -96,11 +101,24 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
     RmsNormRows(xp, L.attn_norm.data_ptr<float>(), hp, N, Dm, c.rms_norm_eps);
     Linear(hp, N, L.qkv_packed, qkv.data(), false);
     float* qkvp = qkv.data();
+    if (L.bqkv.defined()) {  // qwen2: q, k and v biases
+      const float* bias = L.bqkv.data_ptr<float>();
+      for (int64_t r = 0; r < N; ++r) {
+        for (int64_t i = 0; i < row; ++i) qkvp[r * row + i] += bias[i];
+      }
+    }
+    if (L.q_norm.defined()) {  // qwen3: each q and k head normalized over head_dim
+      for (int64_t r = 0; r < N; ++r) {
+        float* qr = qkvp + r * row;
+        RmsNormRows(qr, L.q_norm.data_ptr<float>(), qr, H, D, c.rms_norm_eps);
+        RmsNormRows(qr + H * D, L.k_norm.data_ptr<float>(), qr + H * D, KVH, D, c.rms_norm_eps);
+      }
+    }
 
     // RoPE (rotate_half layout) on every q and k head of each row, at the row's position.
     for (int64_t r = 0; r < N; ++r) {
-      const float* cs = cosp + f.positions[r] * D;
-      const float* sn = sinp + f.positions[r] * D + half;
+      const float* cs = rope_cos.data() + r * half;
+      const float* sn = rope_sin.data() + r * half;
       for (int64_t head = 0; head < H + KVH; ++head) {
         float* v = qkvp + r * row + head * D;
         for (int64_t j = 0; j < half; ++j) {

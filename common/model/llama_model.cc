@@ -3,9 +3,12 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <set>
 
 #include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
+
+#include "common/model/rope.h"
 
 namespace specloop {
 
@@ -66,11 +69,14 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
   // Fetches a tensor, checks its shape, and moves it to the compute device and dtype. On CPU
   // the vectors (norm weights) stay float32 whatever the matrices' dtype.
   Status status;
+  std::set<std::string> used;  // every tensor the forward reads
   auto get = [&](const std::string& name, std::vector<int64_t> shape) -> at::Tensor {
     if (!status.ok()) return {};
+    used.insert(name);
     auto t = tensors.find(name);
     if (t == tensors.end()) {
-      status = Status::InvalidArgument("missing tensor " + name);
+      status = Status::InvalidArgument("missing tensor " + name + ", which the " +
+                                       c.model_type + " forward that config.json describes reads");
       return {};
     }
     if (t->second.sizes() != at::IntArrayRef(shape)) {
@@ -89,6 +95,18 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
 
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->config_ = c;
+  const int limit = c.PositionLimit();
+  m->config_.max_model_len = options.max_model_len > 0 ? options.max_model_len : limit;
+  if (options.max_model_len > limit) {
+    return c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings
+               ? Status::NotSupported(
+                     "max_model_len " + std::to_string(options.max_model_len) +
+                     ": attention beyond the sliding window of " +
+                     std::to_string(c.sliding_window) + " positions is not implemented")
+               : Status::InvalidArgument("max_model_len " + std::to_string(options.max_model_len) +
+                                         " exceeds max_position_embeddings " +
+                                         std::to_string(c.max_position_embeddings));
+  }
   const int64_t hidden = c.hidden_size, hd = c.head_dim, ff = c.intermediate_size;
   const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
   m->embed_ = get("model.embed_tokens.weight", {c.vocab_size, hidden});
@@ -99,6 +117,16 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
     at::Tensor q = get(p + "self_attn.q_proj.weight", {q_rows, hidden});
     at::Tensor k = get(p + "self_attn.k_proj.weight", {kv_rows, hidden});
     at::Tensor v = get(p + "self_attn.v_proj.weight", {kv_rows, hidden});
+    if (c.qkv_bias) {
+      at::Tensor qb = get(p + "self_attn.q_proj.bias", {q_rows});
+      at::Tensor kb = get(p + "self_attn.k_proj.bias", {kv_rows});
+      at::Tensor vb = get(p + "self_attn.v_proj.bias", {kv_rows});
+      if (status.ok()) L.bqkv = at::cat({qb, kb, vb});
+    }
+    if (c.qk_norm) {
+      L.q_norm = get(p + "self_attn.q_norm.weight", {hd});
+      L.k_norm = get(p + "self_attn.k_norm.weight", {hd});
+    }
     L.wo = get(p + "self_attn.o_proj.weight", {hidden, q_rows});
     L.ffn_norm = get(p + "post_attention_layernorm.weight", {hidden});
     at::Tensor gate = get(p + "mlp.gate_proj.weight", {ff, hidden});
@@ -110,33 +138,37 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
     m->layers_.push_back(std::move(L));
   }
   m->final_norm_ = get("model.norm.weight", {hidden});
-  if (c.tie_word_embeddings && !tensors.count("lm_head.weight")) {
+  auto lm_head = tensors.find("lm_head.weight");
+  if (c.tie_word_embeddings && lm_head != tensors.end() && status.ok()) {
+    // Tied: the forward reads the embedding; a stored copy must be that embedding.
+    used.insert(lm_head->first);
+    if (!lm_head->second.sizes().equals(it->second.sizes()) ||
+        !at::equal(lm_head->second.to(at::kFloat), it->second.to(at::kFloat))) {
+      return Status::InvalidArgument(
+          "tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight");
+    }
+  }
+  if (c.tie_word_embeddings) {
     m->lm_head_ = m->embed_;
   } else {
     m->lm_head_ = get("lm_head.weight", {c.vocab_size, hidden});
   }
   if (!status.ok()) return status;
-
-  // RoPE tables in float32 arithmetic, as Hugging Face and llama2.c compute them.
-  const int64_t half = hd / 2, P = c.max_position_embeddings;
-  at::Tensor cos = at::empty({P, 2, half}, at::kFloat), sin = at::empty({P, 2, half}, at::kFloat);
-  auto* pc = cos.data_ptr<float>();
-  auto* ps = sin.data_ptr<float>();
-  for (int64_t pos = 0; pos < P; ++pos) {
-    for (int64_t j = 0; j < half; ++j) {
-      const float inv_freq = 1.0f / std::pow(static_cast<float>(c.rope_theta),
-                                             static_cast<float>(2 * j) / static_cast<float>(hd));
-      const float angle = static_cast<float>(pos) * inv_freq;
-      const float cv = std::cos(angle), sv = std::sin(angle);
-      pc[(pos * 2 + 0) * half + j] = cv;
-      pc[(pos * 2 + 1) * half + j] = cv;
-      ps[(pos * 2 + 0) * half + j] = -sv;
-      ps[(pos * 2 + 1) * half + j] = sv;
+  for (const auto& [name, tensor] : tensors) {
+    const std::string suffix = "rotary_emb.inv_freq";  // a buffer older exports store
+    const bool rope_buffer = name.size() >= suffix.size() &&
+                             name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    if (!used.count(name) && !rope_buffer) {
+      return Status::NotSupported("tensor " + name + " is not used by the " + c.model_type +
+                                  " forward that config.json describes");
     }
   }
-  const at::ScalarType table_dtype = device.is_cpu() ? at::kFloat : dtype;
-  m->rope_cos_ = cos.to(device, table_dtype);
-  m->rope_sin_ = sin.to(device, table_dtype);
+
+  m->rope_inv_freq_ = RopeInverseFrequencies(c);
+  m->rope_inv_freq_t_ =
+      at::from_blob(m->rope_inv_freq_.data(), {static_cast<int64_t>(m->rope_inv_freq_.size())},
+                    at::kFloat)
+          .to(device, /*non_blocking=*/false, /*copy=*/true);
   if (device.is_cpu()) {
     auto pack = [](const at::Tensor& t) {
       const at::Tensor c = t.contiguous();
@@ -197,8 +229,7 @@ KVCache LlamaModel::NewCache(std::shared_ptr<KVBlockPool> pool) const {
 
 KVCache LlamaModel::NewCache(int64_t initial_capacity) const {
   KVCache cache(NewBlockPool(0, false));
-  cache.Reserve(std::max<int64_t>(1, std::min<int64_t>(initial_capacity,
-                                                        config_.max_position_embeddings)));
+  cache.Reserve(std::max<int64_t>(1, std::min<int64_t>(initial_capacity, config_.max_model_len)));
   return cache;
 }
 
@@ -210,6 +241,15 @@ at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) co
   at::Tensor xf = x.to(at::kFloat);
   return (xf * at::rsqrt(xf.square().mean(-1, true) + config_.rms_norm_eps)).to(x.scalar_type()) *
          weight;
+}
+
+std::pair<at::Tensor, at::Tensor> LlamaModel::RopeTables(const at::Tensor& positions) const {
+  // The angle in float32 (pos * inv_freq), as the tables of Hugging Face and llama2.c; cast to
+  // the activations' dtype afterwards, as transformers does.
+  const at::Tensor angle = positions.to(at::kFloat).unsqueeze(1) * rope_inv_freq_t_;  // [N, D/2]
+  const at::Tensor c = at::cos(angle), s = at::sin(angle);
+  const at::ScalarType t = device().is_cpu() ? at::kFloat : dtype();
+  return {at::stack({c, c}, 1).unsqueeze(1).to(t), at::stack({-s, s}, 1).unsqueeze(1).to(t)};
 }
 
 at::Tensor LlamaModel::Forward(const std::vector<ForwardInput>& batch) const {
@@ -228,8 +268,8 @@ LlamaModel::FlatBatch LlamaModel::Flatten(const std::vector<ForwardInput>& batch
   for (const auto& in : batch) {
     TORCH_CHECK(in.cache != nullptr && !in.tokens.empty(), "ForwardInput needs a cache and tokens");
     const int64_t L0 = in.cache->length(), n = in.tokens.size();
-    TORCH_CHECK(L0 + n <= config_.max_position_embeddings, "sequence of ", L0 + n,
-                " positions exceeds the context limit ", config_.max_position_embeddings);
+    TORCH_CHECK(L0 + n <= config_.max_model_len, "sequence of ", L0 + n,
+                " positions exceeds the context limit ", config_.max_model_len);
     f.starts.push_back(f.ids.size());
     f.lengths.push_back(n);
     f.past.push_back(L0);
@@ -292,8 +332,7 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const
   // a plain .to(device()) would return the from_blob view of f's memory itself).
   at::Tensor tok = at::from_blob(f.ids.data(), {N}, long_opts).to(device(), false, true);
   at::Tensor pos = at::from_blob(f.positions.data(), {N}, long_opts).to(device());
-  at::Tensor cos = rope_cos_.index_select(0, pos).unsqueeze(1);  // [N, 1, 2, D/2]
-  at::Tensor sin = rope_sin_.index_select(0, pos).unsqueeze(1);
+  auto [cos, sin] = RopeTables(pos);  // [N, 1, 2, D/2]
 
   // Causal (or tree) masks for inputs of more than one new token, shared by all layers.
   std::vector<at::Tensor> masks(batch.size());
@@ -316,9 +355,14 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const
   at::Tensor x = embed_.index_select(0, tok);  // [N, hidden]
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& L = layers_[l];
-    at::Tensor qkv = at::linear(RmsNorm(x, L.attn_norm), L.wqkv);  // [N, (H + 2 KVH) D]
+    at::Tensor qkv = at::linear(RmsNorm(x, L.attn_norm), L.wqkv, L.bqkv);  // [N, (H + 2 KVH) D]
+    at::Tensor qk = qkv.narrow(1, 0, (H + KVH) * D).view({N, H + KVH, D});
+    if (c.qk_norm) {  // each head normalized over head_dim, before RoPE
+      qk = at::cat({RmsNorm(qk.narrow(1, 0, H), L.q_norm), RmsNorm(qk.narrow(1, H, KVH), L.k_norm)},
+                   1);
+    }
     // rotate_half(x) * sin == flip(halves of x) * (-sin, sin).
-    at::Tensor qk = qkv.narrow(1, 0, (H + KVH) * D).view({N, H + KVH, 2, D / 2});
+    qk = qk.view({N, H + KVH, 2, D / 2});
     qk = qk * cos + qk.flip(2) * sin;
     at::Tensor q = qk.narrow(1, 0, H).reshape({N, H, D});
     at::Tensor k = qk.narrow(1, H, KVH).reshape({N, KVH, D});
@@ -396,6 +440,15 @@ std::vector<std::pair<std::string, at::Tensor>> LlamaModel::NamedWeights() const
     w.emplace_back(p + "self_attn.q_proj.weight", L.wqkv.narrow(0, 0, q_rows));
     w.emplace_back(p + "self_attn.k_proj.weight", L.wqkv.narrow(0, q_rows, kv_rows));
     w.emplace_back(p + "self_attn.v_proj.weight", L.wqkv.narrow(0, q_rows + kv_rows, kv_rows));
+    if (L.bqkv.defined()) {
+      w.emplace_back(p + "self_attn.q_proj.bias", L.bqkv.narrow(0, 0, q_rows));
+      w.emplace_back(p + "self_attn.k_proj.bias", L.bqkv.narrow(0, q_rows, kv_rows));
+      w.emplace_back(p + "self_attn.v_proj.bias", L.bqkv.narrow(0, q_rows + kv_rows, kv_rows));
+    }
+    if (L.q_norm.defined()) {
+      w.emplace_back(p + "self_attn.q_norm.weight", L.q_norm);
+      w.emplace_back(p + "self_attn.k_norm.weight", L.k_norm);
+    }
     w.emplace_back(p + "self_attn.o_proj.weight", L.wo);
     w.emplace_back(p + "post_attention_layernorm.weight", L.ffn_norm);
     w.emplace_back(p + "mlp.gate_proj.weight", L.w_gate_up.narrow(0, 0, c.intermediate_size));
@@ -422,6 +475,9 @@ std::vector<at::Tensor> LlamaModel::Parameters() {
   std::vector<at::Tensor> p = {embed_};
   for (const Layer& L : layers_) {
     p.insert(p.end(), {L.attn_norm, L.wqkv, L.wo, L.ffn_norm, L.w_gate_up, L.w_down});
+    for (const at::Tensor* t : {&L.bqkv, &L.q_norm, &L.k_norm}) {
+      if (t->defined()) p.push_back(*t);
+    }
   }
   p.push_back(final_norm_);
   if (!lm_head_.is_same(embed_)) p.push_back(lm_head_);

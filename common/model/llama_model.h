@@ -1,5 +1,7 @@
-// LlamaModel: a Llama-architecture causal LM (RMSNorm, RoPE in the Hugging Face rotate_half
-// layout, SwiGLU, grouped-query attention, tied or untied embeddings) over LibTorch.
+// LlamaModel: a decoder-only causal LM of the Llama architecture and its relatives (RMSNorm,
+// RoPE in the Hugging Face rotate_half layout with llama3 or linear scaling, SwiGLU,
+// grouped-query attention, tied or untied embeddings; Qwen2's q/k/v biases, Qwen3's per-head
+// q/k RMSNorm, Mistral: see ModelConfig) over LibTorch.
 //
 // One batched Forward() serves prefill, single-token decode, scoring a block of k+1 positions,
 // and training: each sequence brings its own KVCache and any number of new tokens.
@@ -30,6 +32,10 @@ struct LoadOptions {
   // bytes a decode step streams, and computes in float32; such a model serves inference only
   // (Forward under autograd throws). Default: auto.
   std::string dtype = "auto";
+  // The context limit in positions (vLLM's --max-model-len): 0 for the model's
+  // ModelConfig::PositionLimit(); more than that is refused. Nothing the model allocates
+  // grows with it (RoPE is computed per forward); servers size their KV cache by it.
+  int max_model_len = 0;
 };
 
 // One sequence's part of a batched forward.
@@ -52,7 +58,8 @@ struct ForwardInput {
 class LlamaModel {
  public:
   // Loads DIR/config.json and DIR/model.safetensors (or its sharded index). Errors name the
-  // file and tensor: missing tensors, wrong shapes, unsupported dtypes or architectures.
+  // file and tensor: missing tensors, wrong shapes, unsupported dtypes or architectures, and
+  // (NotSupported) a tensor the family's forward does not use.
   static Status Load(const std::string& dir, const LoadOptions& options,
                      std::unique_ptr<LlamaModel>* out);
   // Builds a model from Hugging Face-named tensors (a loaded file, or random test weights).
@@ -84,7 +91,7 @@ class LlamaModel {
   // row per entry of logit_rows when given, else per new token when all_logits, else one row
   // for its last token.
   // REQUIRES: each cache came from this model's NewCache() and has room within
-  // max_position_embeddings, and its pool has the blocks the new tokens need (a bounded pool:
+  // config().max_model_len, and its pool has the blocks the new tokens need (a bounded pool:
   // callers reserve first); throws c10::Error otherwise, leaving the caches' contents as they
   // were.
   // Call under c10::InferenceMode for serving. Under autograd (training) attention reads the
@@ -105,6 +112,8 @@ class LlamaModel {
   struct Layer {
     at::Tensor attn_norm;  // [hidden]
     at::Tensor wqkv;       // [(heads + 2 kv_heads) * head_dim, hidden]: q, k, v stacked
+    at::Tensor bqkv;       // [(heads + 2 kv_heads) * head_dim] (qkv_bias), else undefined
+    at::Tensor q_norm, k_norm;  // [head_dim] each (qk_norm), else undefined
     at::Tensor wo;         // [hidden, heads * head_dim]
     at::Tensor ffn_norm;   // [hidden]
     at::Tensor w_gate_up;  // [2 * intermediate, hidden]: gate, up stacked
@@ -126,6 +135,9 @@ class LlamaModel {
 
   LlamaModel() = default;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
+  // RoPE's cos and sin for `positions` (a [N] long tensor on the device), laid out for
+  // ForwardAten: [N, 1, 2, head_dim / 2] each, cos twice, then (-sin, sin).
+  std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& positions) const;
   // Forward() over LibTorch operators: any device, any block size, autograd.
   at::Tensor ForwardAten(const std::vector<ForwardInput>& batch) const;
   // Forward() for CPU inference (no autograd), any block size, from the packed matrices in
@@ -141,8 +153,8 @@ class LlamaModel {
   std::vector<Layer> layers_;
   at::Tensor final_norm_;  // [hidden]
   at::Tensor lm_head_;     // [vocab, hidden]; the same tensor as embed_ when tied
-  at::Tensor rope_cos_;    // [max_positions, 2, head_dim / 2]
-  at::Tensor rope_sin_;    // [max_positions, 2, head_dim / 2]: -sin on the first half
+  std::vector<float> rope_inv_freq_;  // [head_dim / 2] (rope.h)
+  at::Tensor rope_inv_freq_t_;        // the same, float32 on the model's device
   PackedMatrix lm_head_packed_;
   bool packed_ = false;    // the PackedMatrix copies are current (CPU models until trained)
 

@@ -142,8 +142,10 @@ TEST(ModelConfig, RefusesWhatTheForwardDoesNotImplement) {
     j.update(nlohmann::json::parse("{" + extra + "}"));
     return ModelConfig::FromJson(j.dump(), &c);
   };
-  EXPECT_EQ(with(R"("rope_scaling":{"type":"linear","factor":2})").code(),
+  EXPECT_EQ(with(R"("rope_scaling":{"type":"yarn","factor":2})").code(),
             Status::Code::kNotSupported);
+  EXPECT_TRUE(with(R"("rope_scaling":{"type":"linear","factor":2})").ok());
+  EXPECT_EQ(c.rope_scaling.type, "linear");
   EXPECT_EQ(with(R"("attention_bias":true)").code(), Status::Code::kNotSupported);
   EXPECT_TRUE(with(R"("num_key_value_heads":3)").IsInvalidArgument());  // 4 heads over 3
   EXPECT_TRUE(ModelConfig::FromJson("[1,2]", &c).IsInvalidArgument());

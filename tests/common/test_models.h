@@ -28,7 +28,24 @@ inline ModelConfig TinyConfig(bool tied = false) {
   return c;
 }
 
-// Hugging Face-named random weights for `c` (normal, std 0.1; norms around 1).
+// TinyConfig as a Qwen3 model (q/k norms; 4 heads of 12 over hidden 32), or a Qwen2 one
+// (q/k/v biases).
+inline ModelConfig TinyQwen3Config() {
+  ModelConfig c = TinyConfig();
+  c.model_type = "qwen3";
+  c.qk_norm = true;
+  c.head_dim = 12;
+  return c;
+}
+inline ModelConfig TinyQwen2Config() {
+  ModelConfig c = TinyConfig();
+  c.model_type = "qwen2";
+  c.qkv_bias = true;
+  return c;
+}
+
+// Hugging Face-named random weights for `c` (normal, std 0.1; norms around 1), with the
+// family's biases and q/k norms.
 inline TensorMap RandomLlamaWeights(const ModelConfig& c, uint64_t seed) {
   at::manual_seed(seed);
   const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim;
@@ -43,6 +60,15 @@ inline TensorMap RandomLlamaWeights(const ModelConfig& c, uint64_t seed) {
     w[p + "self_attn.q_proj.weight"] = rnd({q, h});
     w[p + "self_attn.k_proj.weight"] = rnd({kv, h});
     w[p + "self_attn.v_proj.weight"] = rnd({kv, h});
+    if (c.qkv_bias) {  // qwen2
+      w[p + "self_attn.q_proj.bias"] = rnd({q});
+      w[p + "self_attn.k_proj.bias"] = rnd({kv});
+      w[p + "self_attn.v_proj.bias"] = rnd({kv});
+    }
+    if (c.qk_norm) {  // qwen3
+      w[p + "self_attn.q_norm.weight"] = norm(c.head_dim);
+      w[p + "self_attn.k_norm.weight"] = norm(c.head_dim);
+    }
     w[p + "self_attn.o_proj.weight"] = rnd({h, q});
     w[p + "post_attention_layernorm.weight"] = norm(h);
     w[p + "mlp.gate_proj.weight"] = rnd({f, h});

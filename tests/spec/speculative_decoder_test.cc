@@ -205,6 +205,7 @@ struct ExactnessCase {
   float min_confidence = 0.0f;
   bool old_confidence_rule = false;  // min_confidence applied by DropsLowConfidenceTokens
   bool lookup_then_draft = false;    // prompt lookup, the draft model where it finds nothing
+  bool qwen = false;  // a Qwen3 target (q/k norms) and a Qwen2 draft (q/k/v biases)
 };
 
 class SpeculativeExactness : public ::testing::TestWithParam<ExactnessCase> {};
@@ -215,10 +216,11 @@ TEST_P(SpeculativeExactness, SequenceLawEqualsTargetLaw) {
   // cuts tokens out of some rows (supports of p and q differ). G-test at kSignificance = 1e-3.
   c10::InferenceMode guard;
   const ExactnessCase& c = GetParam();
-  ModelConfig cfg = testing::TinyConfig();
-  cfg.vocab_size = 5;
+  ModelConfig cfg = c.qwen ? testing::TinyQwen3Config() : testing::TinyConfig();
+  ModelConfig draft_cfg = c.qwen ? testing::TinyQwen2Config() : cfg;
+  cfg.vocab_size = draft_cfg.vocab_size = 5;
   auto target = testing::RandomModel(cfg, 101);
-  auto other = testing::RandomModel(cfg, c.draft_seed);
+  auto other = testing::RandomModel(draft_cfg, c.draft_seed);
   const LlamaModel* draft = c.draft_seed ? other.get() : target.get();
   const std::vector<int> prompt = {1, 3, 0, 4};
   SamplingParams sp;
@@ -293,7 +295,13 @@ INSTANTIATE_TEST_SUITE_P(
                       ExactnessCase{"OldMinConfidenceRuleIsCaught", 202, false, false, false,
                                     0.5f, true},
                       ExactnessCase{"PromptLookupThenDraft", 202, false, false, false, 0.0f,
-                                    false, true}),
+                                    false, true},
+                      ExactnessCase{"Qwen3TargetQwen2Draft", 202, false, false, false, 0.0f,
+                                    false, false, true},
+                      ExactnessCase{"Qwen3TargetQwen2DraftTree", 202, false, false, true, 0.0f,
+                                    false, false, true},
+                      ExactnessCase{"Qwen3WrongVerifierIsCaught", 202, false, true, false, 0.0f,
+                                    false, false, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // alpha* as the decoder reports it (last_optimal(), summed in stats): on chains it is the
