@@ -8,7 +8,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
 #include <c10/core/InferenceMode.h>
@@ -170,6 +172,107 @@ TEST(ModelFamilies, GreedySpeculativeEqualsGreedyPlainForEachPairAndAcrossFamili
     EXPECT_GT(total.accepted, 10) << target_name << " with " << draft_name;
     EXPECT_LT(total.accepted, total.drafted) << target_name << " with " << draft_name;
   }
+}
+
+// On a GPU (skipped without one): greedy speculative = greedy plain = the CPU's greedy ids for
+// each family's pair present in the shared folder (a GPU machine carries a few) and across
+// families (every draft as a target of the next family's draft), float32.
+TEST(ModelFamilies, GreedySpeculativeEqualsGreedyPlainOnCuda) {
+  if (!testing::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  c10::InferenceMode guard;
+  LoadOptions cuda;
+  cuda.device = "cuda";
+  cuda.dtype = "float32";
+  GenerateOptions g;
+  g.max_tokens = 32;
+  g.sampling.temperature = 0;
+  g.stop_at_eos = false;
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (size_t i = 0; i < 4; ++i) {
+    pairs.emplace_back(std::string(kFamilies[i]) + "-target", std::string(kFamilies[i]) + "-draft");
+    pairs.emplace_back(std::string(kFamilies[i]) + "-draft",
+                       std::string(kFamilies[(i + 1) % 4]) + "-draft");
+  }
+  int checked = 0;
+  for (const auto& [target_name, draft_name] : pairs) {
+    if (!std::ifstream(Zoo(target_name) + "/config.json") ||
+        !std::ifstream(Zoo(draft_name) + "/config.json")) {
+      std::printf("[ skipped  ] %s with %s: not in the shared folder\n", target_name.c_str(),
+                  draft_name.c_str());
+      continue;
+    }
+    auto cpu_target = LoadZoo(target_name);
+    auto target = LoadZoo(target_name, cuda);
+    auto draft = LoadZoo(draft_name, cuda);
+    SpeculativeStats total;
+    for (const auto& prompt : GoldenPrompts(target_name)) {
+      const std::vector<int> cpu = GeneratePlain(*cpu_target, prompt, g).tokens;
+      EXPECT_EQ(GeneratePlain(*target, prompt, g).tokens, cpu) << target_name << " on CUDA";
+      DraftModelProposer proposer(draft.get(), g.sampling);
+      SpeculativeOptions o;
+      o.generate = g;
+      o.k = 4;
+      SpeculativeStats stats;
+      EXPECT_EQ(GenerateSpeculative(*target, &proposer, prompt, o, &stats).tokens, cpu)
+          << target_name << " with " << draft_name << " on CUDA";
+      total.Add(stats);
+    }
+    EXPECT_GT(total.accepted, 10) << target_name << " with " << draft_name;
+    EXPECT_LT(total.accepted, total.drafted) << target_name << " with " << draft_name;
+    ++checked;
+  }
+  EXPECT_GE(checked, 1);
+}
+
+// On a GPU, the weights in their stored dtype (bfloat16 or float16) and 16-bit activations, as
+// a GPU user runs them: the goldens' log-probs within 0.1 and the goldens' greedy ids at 95% of
+// the teacher-forced positions (16-bit arithmetic moves log-probs by ~1e-2; the goldens' margins
+// go down to 0.002). Prints the largest error of each model.
+TEST(ModelFamilies, StoredDtypeOnCudaStaysNearTheGoldens) {
+  if (!testing::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  c10::InferenceMode guard;
+  int checked = 0;
+  for (const char* family : kFamilies) {
+    for (const char* role : {"-target", "-draft"}) {
+      const std::string name = std::string(family) + role;
+      if (!std::ifstream(Zoo(name) + "/config.json")) continue;
+      ModelConfig c;
+      ASSERT_TRUE(ModelConfig::FromDir(Zoo(name), &c).ok());
+      LoadOptions o;
+      o.device = "cuda";
+      o.dtype = c.torch_dtype;
+      auto model = LoadZoo(name, o);
+      std::ifstream in(Zoo(name) + "/golden-greedy.jsonl");
+      double worst = 0;
+      int positions = 0, agree = 0;
+      for (std::string line; std::getline(in, line);) {
+        if (line.empty()) continue;
+        const json gold = json::parse(line);
+        const auto input = gold["input_ids"].get<std::vector<int>>();
+        const auto expected = gold["generated"].get<std::vector<int>>();
+        std::vector<int64_t> seq(input.begin(), input.end());
+        seq.insert(seq.end(), expected.begin(), expected.end() - 1);
+        KVCache cache = model->NewCache();
+        const at::Tensor logp =
+            at::log_softmax(model->Forward({{&cache, seq, true}}), -1).cpu();
+        for (size_t i = 0; i < expected.size(); ++i) {
+          const at::Tensor row = logp[input.size() - 1 + i];
+          agree += row.argmax().item<int64_t>() == expected[i];
+          ++positions;
+          for (const auto& pair : gold["top5_logprobs"][i]) {
+            worst = std::max(worst, std::abs(row[pair[0].get<int>()].item<double>() -
+                                              pair[1].get<double>()));
+          }
+        }
+      }
+      std::printf("[ measured ] %s in %s on CUDA: largest log-prob error %.4f, greedy ids %d/%d\n",
+                  name.c_str(), c.torch_dtype.c_str(), worst, agree, positions);
+      EXPECT_LT(worst, 0.1) << name;
+      EXPECT_GE(agree, 0.95 * positions) << name;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 1);
 }
 
 // The context limit (vLLM's max_model_len): Llama 3's 131072 positions cost nothing until used
