@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ATen/core/grad_mode.h>
+
 #include <c10/core/InferenceMode.h>
 
 #include "tests/common/test_models.h"

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
