@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -22,97 +23,13 @@ constexpr int kMaxVocabulary = 1 << 24;
 constexpr char kGpt2Pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-// GPT-2's byte-to-unicode map: printable Latin-1 bytes stand for themselves, the other 68
-// bytes for U+0100 onwards, in byte order.
-std::vector<int> ByteToCodePoint() {
-  std::vector<int> map(256, -1);
-  int next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    map[b] = printable ? b : next++;
-  }
-  return map;
-}
-
-// The bytes a vocabulary spelling stands for; false when it has a character outside the map.
-bool ByteLevelToBytes(const std::string& piece, std::string* bytes) {
-  static const std::vector<int> code_point_to_byte = [] {
-    std::vector<int> inv(324, -1);
-    const std::vector<int> fwd = ByteToCodePoint();
-    for (int b = 0; b < 256; ++b) inv[fwd[b]] = b;
-    return inv;
-  }();
-  bytes->clear();
-  const auto* s = reinterpret_cast<const utf8proc_uint8_t*>(piece.data());
-  utf8proc_ssize_t pos = 0;
-  const auto n = static_cast<utf8proc_ssize_t>(piece.size());
-  while (pos < n) {
-    utf8proc_int32_t cp;
-    const utf8proc_ssize_t len = utf8proc_iterate(s + pos, n - pos, &cp);
-    if (len <= 0 || cp < 0 || cp >= static_cast<int>(code_point_to_byte.size()) ||
-        code_point_to_byte[cp] < 0) {
-      return false;
-    }
-    bytes->push_back(static_cast<char>(code_point_to_byte[cp]));
-    pos += len;
-  }
-  return true;
-}
-
-// NFC of one stretch of text (utf8proc decomposes and recomposes every character).
-std::string NfcSegment(std::string_view text) {
-  // Code points below U+0300 (lead bytes below 0xCC) are already NFC and compose with nothing.
-  if (std::all_of(text.begin(), text.end(),
-                  [](char c) { return static_cast<unsigned char>(c) < 0xCC; })) {
-    return std::string(text);
-  }
-  utf8proc_uint8_t* dst = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                   static_cast<utf8proc_ssize_t>(text.size()), &dst,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (n < 0) return std::string(text);  // not valid UTF-8: callers pass valid text
-  std::string out(reinterpret_cast<char*>(dst), static_cast<size_t>(n));
-  free(dst);
-  return out;
-}
-
-// NFC of valid UTF-8. ASCII characters are starters that nothing before them composes with,
-// so only each run of non-ASCII characters, with the ASCII character before it (e + U+0301
-// composes to é), goes through utf8proc.
-std::string Nfc(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  size_t done = 0;  // text[0, done) is in out
-  for (size_t i = 0; i < text.size();) {
-    if (static_cast<unsigned char>(text[i]) < 0x80) {
-      ++i;
-      continue;
-    }
-    const size_t start = i > done ? i - 1 : i;  // the ASCII character before, if not yet out
-    size_t end = i;
-    while (end < text.size() && static_cast<unsigned char>(text[end]) >= 0x80) ++end;
-    out.append(text, done, start - done);
-    out += NfcSegment(text.substr(start, end - start));
-    done = i = end;
-  }
-  out.append(text, done, std::string_view::npos);
-  return out;
-}
-
-// Unicode White_Space, the set lstrip/rstrip trim.
-bool IsWhiteSpace(int cp) {
-  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-         cp == 0x205F || cp == 0x3000;
-}
-
+// lstrip / rstrip trim what JavaScript's trimStart / trimEnd do (IsJsWhiteSpace).
 std::string_view TrimStart(std::string_view s) {
   while (!s.empty()) {
     utf8proc_int32_t cp;
     const auto len = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
                                       static_cast<utf8proc_ssize_t>(s.size()), &cp);
-    if (len <= 0 || !IsWhiteSpace(cp)) break;
+    if (len <= 0 || !IsJsWhiteSpace(cp)) break;
     s.remove_prefix(len);
   }
   return s;
@@ -125,7 +42,7 @@ std::string_view TrimEnd(std::string_view s) {
     utf8proc_int32_t cp;
     const auto len = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + start),
                                       static_cast<utf8proc_ssize_t>(s.size() - start), &cp);
-    if (len <= 0 || !IsWhiteSpace(cp)) break;
+    if (len <= 0 || !IsJsWhiteSpace(cp)) break;
     s.remove_suffix(s.size() - start);
   }
   return s;
@@ -188,155 +105,24 @@ Status HfTokenizer::Parse(const std::string& json_text, const std::string& confi
   if (!j.is_object() || !j.contains("model")) return Status::Corruption("not a tokenizer.json");
   json cfg = json::parse(config_text, nullptr, false);
   if (!cfg.is_object()) cfg = json::object();
-
-  // The model: byte-level BPE.
+  for (const char* key : {"remove_space", "do_lowercase_and_remove_accent"}) {
+    if (cfg.value(key, json()) == json(true)) {
+      return Status::NotSupported(std::string("tokenizer_config.json ") + key);
+    }
+  }
   const json& model = j["model"];
   if (model.value("type", "BPE") != "BPE") {
     return Status::NotSupported("model type " + model.value("type", "") + " (only BPE)");
   }
-  if (model.value("byte_fallback", false)) return Status::NotSupported("BPE byte_fallback");
-  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (model.contains(key) && !model[key].is_null() && model[key] != "") {
-      return Status::NotSupported(std::string("BPE ") + key);
-    }
+  SPECLOOP_RETURN_IF_ERROR(ParsePreTokenizer(j.value("pre_tokenizer", json())));
+  if (byte_level_ && model.value("byte_fallback", false)) {
+    return Status::NotSupported("BPE byte_fallback with a ByteLevel pre-tokenizer");
   }
-  ignore_merges_ = model.value("ignore_merges", false);
-  if (!model.contains("vocab") || !model["vocab"].is_object() || !model.contains("merges")) {
-    return Status::Corruption("model has no vocab or merges");
-  }
-  int max_id = -1;
-  for (const auto& [piece, id] : model["vocab"].items()) max_id = std::max(max_id, id.get<int>());
-  for (const json& a : j.value("added_tokens", json::array())) {
-    max_id = std::max(max_id, a.value("id", -1));
-  }
-  if (max_id >= kMaxVocabulary) return Status::Corruption("token id " + std::to_string(max_id));
-  pieces_.assign(max_id + 1, "");
-  surfaces_.assign(max_id + 1, "");
-  special_.assign(max_id + 1, false);
-  std::vector<std::string> tokens(max_id + 1);  // model tokens as bytes
-  for (const auto& [piece, id_json] : model["vocab"].items()) {
-    const int id = id_json.get<int>();
-    if (id < 0) return Status::Corruption("negative id for " + piece);
-    pieces_[id] = piece;
-    if (!ByteLevelToBytes(piece, &tokens[id])) tokens[id] = piece;  // decodes as spelled
-    surfaces_[id] = tokens[id];
-  }
-  bpe_ = ByteBpe(std::move(tokens));
-  const json& merges = model["merges"];
-  std::vector<ByteBpe::Rule> rules;
-  rules.reserve(merges.size());
-  std::string left, right;
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const json& m = merges[rank];
-    std::string a, b;
-    if (m.is_array() && m.size() == 2) {
-      a = m[0].get<std::string>();
-      b = m[1].get<std::string>();
-    } else if (m.is_string()) {
-      const std::string s = m.get<std::string>();
-      const size_t sp = s.find(' ');
-      if (sp == std::string::npos) return Status::Corruption("merge without a space: " + s);
-      a = s.substr(0, sp);
-      b = s.substr(sp + 1, s.find(' ', sp + 1) - sp - 1);
-    } else {
-      return Status::Corruption("merge " + std::to_string(rank) + " is malformed");
-    }
-    // A rule whose parts or result are not tokens can never apply; it keeps its rank slot.
-    ByteBpe::Rule rule{-1, -1, -1};
-    if (ByteLevelToBytes(a, &left) && ByteLevelToBytes(b, &right)) {
-      rule = {bpe_.Find(left), bpe_.Find(right), bpe_.Find(left + right)};
-    }
-    if (rule.left < 0 || rule.right < 0 || rule.merged < 0) rule = {-1, -1, -1};
-    rules.push_back(rule);
-  }
-  bpe_.SetRules(rules);
-  if (model.contains("unk_token") && model["unk_token"].is_string()) {
-    unk_id_ = bpe_.Find(model["unk_token"].get<std::string>());
-  }
-
-  // Added tokens.
-  for (const json& a : j.value("added_tokens", json::array())) {
-    AddedToken t;
-    t.content = a.at("content").get<std::string>();
-    t.id = a.at("id").get<int>();
-    t.special = a.value("special", false);
-    t.lstrip = a.value("lstrip", false);
-    t.rstrip = a.value("rstrip", false);
-    t.normalized = a.value("normalized", false);
-    if (t.content.empty() || t.id < 0) return Status::Corruption("empty added token");
-    pieces_[t.id] = t.content;
-    surfaces_[t.id] = t.special ? "" : t.content;
-    special_[t.id] = t.special;
-    added_.push_back(t);
-  }
-  // Longest first, so the first match at a position is the longest.
-  std::stable_sort(added_.begin(), added_.end(), [](const AddedToken& x, const AddedToken& y) {
-    return x.content.size() > y.content.size();
-  });
-  for (size_t i = 0; i < added_.size(); ++i) {
-    AddedSet& set = added_[i].normalized && !j.value("normalizer", json()).is_null()
-                        ? normalized_added_
-                        : raw_added_;
-    set.by_first_byte[static_cast<unsigned char>(added_[i].content[0])].push_back(
-        static_cast<int>(i));
-  }
-
-  // The normalizer: none or NFC.
-  const json& norm = j.value("normalizer", json());
-  std::vector<json> norms;
-  if (norm.is_object() && norm.value("type", "") == "Sequence") {
-    for (const json& n : norm["normalizers"]) norms.push_back(n);
-  } else if (!norm.is_null()) {
-    norms.push_back(norm);
-  }
-  for (const json& n : norms) {
-    if (n.value("type", "") != "NFC") {
-      return Status::NotSupported("normalizer " + n.value("type", std::string("?")));
-    }
-    nfc_ = true;
-  }
-
-  // The pre-tokenizers, flattened.
-  std::vector<json> pres;
-  const json& pre = j.value("pre_tokenizer", json());
-  if (pre.is_object() && pre.value("type", "") == "Sequence") {
-    for (const json& p : pre["pretokenizers"]) pres.push_back(p);
-  } else if (!pre.is_null()) {
-    pres.push_back(pre);
-  }
-  bool byte_level = false;
-  for (const json& p : pres) {
-    const std::string type = p.value("type", "");
-    PreTokenizerStep step;
-    std::string pattern;
-    bool literal = false;
-    if (type == "Split") {
-      if (p.value("behavior", "") != "Isolated" || p.value("invert", false)) {
-        return Status::NotSupported("Split behavior " + p.value("behavior", std::string("?")) +
-                                    (p.value("invert", false) ? " inverted" : ""));
-      }
-      const json& pat = p.at("pattern");
-      literal = pat.contains("String");
-      pattern = pat.at(literal ? "String" : "Regex").get<std::string>();
-    } else if (type == "Digits") {
-      pattern = p.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+";
-    } else if (type == "ByteLevel") {
-      byte_level = true;
-      step.add_prefix_space = p.value("add_prefix_space", false);
-      if (p.value("use_regex", true)) pattern = kGpt2Pattern;
-    } else {
-      return Status::NotSupported("pre-tokenizer " + type);
-    }
-    if (!pattern.empty()) {
-      SPECLOOP_RETURN_IF_ERROR(RegexSplitter::Compile(pattern, literal, &step.splitter));
-    }
-    pre_tokenizer_.push_back(std::move(step));
-  }
-  if (!byte_level) return Status::NotSupported("BPE without a ByteLevel pre-tokenizer");
-  const json& decoder = j.value("decoder", json());
-  if (decoder.is_object() && decoder.value("type", "") != "ByteLevel") {
-    return Status::NotSupported("decoder " + decoder.value("type", std::string("?")));
-  }
+  SPECLOOP_RETURN_IF_ERROR(HfNormalizer::Parse(j.value("normalizer", json()), &normalizer_));
+  SPECLOOP_RETURN_IF_ERROR(HfDecoder::Parse(j.value("decoder", json()), byte_level_, &decoder_));
+  const json& added = j.value("added_tokens", json::array());
+  SPECLOOP_RETURN_IF_ERROR(ParseModel(model, added));
+  SPECLOOP_RETURN_IF_ERROR(ParseAddedTokens(added, cfg));
 
   // BOS/EOS around a text, and whether user text may name special tokens.
   TemplateIds(j.value("post_processor", json()), &prefix_ids_, &suffix_ids_);
@@ -362,8 +148,211 @@ Status HfTokenizer::Parse(const std::string& json_text, const std::string& confi
   if (cfg.contains("split_special_tokens") && cfg["split_special_tokens"].is_boolean()) {
     parse_special_by_default_ = !cfg["split_special_tokens"].get<bool>();
   }
-  if (!prefix_ids_.empty()) bos_id_ = prefix_ids_[0];
-  drop_leading_space_ = false;
+  bos_id_ = prefix_ids_.empty() ? -1 : prefix_ids_[0];
+  drop_leading_space_ = decoder_.strips_leading_space();
+  return Status::OK();
+}
+
+Status HfTokenizer::ParsePreTokenizer(const json& pre) {
+  std::vector<json> pres;
+  if (pre.is_object() && pre.value("type", "") == "Sequence") {
+    for (const json& p : pre.value("pretokenizers", json::array())) {
+      if (!p.is_null()) pres.push_back(p);
+    }
+  } else if (!pre.is_null()) {
+    pres.push_back(pre);
+  }
+  bool metaspace = false;
+  byte_level_ = false;
+  for (const json& p : pres) {
+    const std::string type = p.is_object() ? p.value("type", std::string("?")) : "?";
+    PreTokenizerStep step;
+    std::string pattern;
+    bool literal = false;
+    if (type == "Split") {
+      if (p.value("behavior", "") != "Isolated" || p.value("invert", false)) {
+        return Status::NotSupported("Split behavior " + p.value("behavior", std::string("?")) +
+                                    (p.value("invert", false) ? " inverted" : ""));
+      }
+      const json& pat = p.at("pattern");
+      literal = pat.contains("String");
+      pattern = pat.at(literal ? "String" : "Regex").get<std::string>();
+    } else if (type == "Digits") {
+      pattern = p.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+";
+    } else if (type == "ByteLevel") {
+      byte_level_ = true;
+      step.add_prefix_space = p.value("add_prefix_space", false);
+      if (p.value("use_regex", true)) pattern = kGpt2Pattern;
+    } else if (type == "Metaspace") {
+      metaspace = step.metaspace = true;
+      step.replacement = p.value("replacement", "\xE2\x96\x81");
+      step.str_rep = p.value("str_rep", "");
+      if (step.str_rep.empty()) step.str_rep = step.replacement;  // `str_rep || replacement`
+      if (step.replacement.empty()) return Status::NotSupported("Metaspace with no replacement");
+      const std::string scheme = p.value("prepend_scheme", "always");
+      if (scheme == "always") {
+        step.prepend = PreTokenizerStep::Prepend::kAlways;
+      } else if (scheme == "first") {
+        step.prepend = PreTokenizerStep::Prepend::kFirst;
+      } else if (scheme == "never") {
+        step.prepend = PreTokenizerStep::Prepend::kNever;
+      } else {
+        return Status::NotSupported("Metaspace prepend_scheme " + scheme);
+      }
+    } else {
+      return Status::NotSupported("pre-tokenizer " + type);
+    }
+    if (!pattern.empty()) {
+      SPECLOOP_RETURN_IF_ERROR(RegexSplitter::Compile(pattern, literal, &step.splitter));
+    }
+    pre_tokenizer_.push_back(std::move(step));
+  }
+  if (byte_level_ && metaspace) return Status::NotSupported("Metaspace with ByteLevel");
+  return Status::OK();
+}
+
+Status HfTokenizer::ParseModel(const json& model, const json& added) {
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(key) && !model[key].is_null() && model[key] != "") {
+      return Status::NotSupported(std::string("BPE ") + key);
+    }
+  }
+  const bool byte_fallback = model.value("byte_fallback", false);
+  ignore_merges_ = model.value("ignore_merges", false);
+  if (!model.contains("vocab") || !model["vocab"].is_object() || !model.contains("merges") ||
+      !model["merges"].is_array()) {
+    return Status::Corruption("model has no vocab or merges");
+  }
+  int max_id = -1;
+  for (const auto& [piece, id] : model["vocab"].items()) max_id = std::max(max_id, id.get<int>());
+  for (const json& a : added) max_id = std::max(max_id, a.value("id", -1));
+  if (max_id >= kMaxVocabulary) return Status::Corruption("token id " + std::to_string(max_id));
+  pieces_.assign(max_id + 1, "");
+  surfaces_.assign(max_id + 1, "");
+  special_.assign(max_id + 1, false);
+  for (const auto& [piece, id_json] : model["vocab"].items()) {
+    const int id = id_json.get<int>();
+    if (id < 0) return Status::Corruption("negative id for " + piece);
+    pieces_[id] = piece;
+  }
+  // The rules as string pairs: ["a", "b"], or "a b" read as JavaScript's split(" ", 2).
+  const json& merges = model["merges"];
+  std::vector<std::pair<std::string, std::string>> rules;
+  rules.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const json& m = merges[rank];
+    if (m.is_array() && m.size() == 2) {
+      rules.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos) return Status::Corruption("merge without a space: " + s);
+      rules.emplace_back(s.substr(0, sp), s.substr(sp + 1, s.find(' ', sp + 1) - sp - 1));
+    } else {
+      return Status::Corruption("merge " + std::to_string(rank) + " is malformed");
+    }
+  }
+  const std::string unk = model.contains("unk_token") && model["unk_token"].is_string()
+                              ? model["unk_token"].get<std::string>()
+                              : "";
+  if (!byte_level_) {
+    // tokens_to_ids: the vocabulary, then the added tokens' contents over it.
+    std::vector<std::pair<std::string, int>> tokens;
+    tokens.reserve(model["vocab"].size() + added.size());
+    for (const auto& [piece, id] : model["vocab"].items()) tokens.emplace_back(piece, id.get<int>());
+    for (const json& a : added) {
+      tokens.emplace_back(a.at("content").get<std::string>(), a.at("id").get<int>());
+    }
+    SpBpe::Options options;
+    options.byte_fallback = byte_fallback;
+    options.ignore_merges = ignore_merges_;
+    options.fuse_unk = model.value("fuse_unk", false);
+    for (const auto& [piece, id] : tokens) {
+      if (!unk.empty() && piece == unk) options.unk_id = id;  // the last entry wins
+    }
+    return SpBpe::Build(tokens, rules, options, &sp_bpe_);
+  }
+
+  // Byte-level: the model over bytes.
+  std::vector<std::string> tokens(max_id + 1);  // model tokens as bytes
+  for (int id = 0; id <= max_id; ++id) {
+    if (!ByteLevelToBytes(pieces_[id], &tokens[id])) tokens[id] = pieces_[id];
+  }
+  bpe_ = ByteBpe(std::move(tokens));
+  std::vector<ByteBpe::Rule> byte_rules;
+  byte_rules.reserve(rules.size());
+  std::string left, right;
+  for (const auto& [a, b] : rules) {
+    // A rule whose parts or result are not tokens can never apply; it keeps its rank slot.
+    ByteBpe::Rule rule{-1, -1, -1};
+    if (ByteLevelToBytes(a, &left) && ByteLevelToBytes(b, &right)) {
+      rule = {bpe_.Find(left), bpe_.Find(right), bpe_.Find(left + right)};
+    }
+    if (rule.left < 0 || rule.right < 0 || rule.merged < 0) rule = {-1, -1, -1};
+    byte_rules.push_back(rule);
+  }
+  bpe_.SetRules(byte_rules);
+  if (!unk.empty()) unk_id_ = bpe_.Find(unk);
+  return Status::OK();
+}
+
+Status HfTokenizer::ParseAddedTokens(const json& added, const json& cfg) {
+  for (const json& a : added) {
+    AddedToken t;
+    t.content = a.at("content").get<std::string>();
+    t.id = a.at("id").get<int>();
+    t.special = a.value("special", false);
+    t.lstrip = a.value("lstrip", false);
+    t.rstrip = a.value("rstrip", false);
+    t.normalized = a.value("normalized", !t.special);  // tokenizers.js's default
+    if (t.content.empty() || t.id < 0) return Status::Corruption("empty added token");
+    t.match = t.normalized && normalizer_.present() ? normalizer_.Apply(t.content) : t.content;
+    pieces_[t.id] = t.content;
+    special_[t.id] = t.special;
+    added_.push_back(std::move(t));
+  }
+  // tokenizers.js's added_tokens_map: content, then normalized content, later tokens winning.
+  for (size_t i = 0; i < added_.size(); ++i) {
+    const AddedToken& t = added_[i];
+    for (const std::string* key : {&t.content, &t.match}) {
+      added_by_text_[*key] = static_cast<int>(i);
+      longest_added_ = std::max(longest_added_, key->size());
+    }
+  }
+  // The splitters' sets, longest first so that the first match at a position is the longest.
+  std::vector<int> order(added_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+    return added_[x].match.size() > added_[y].match.size();
+  });
+  for (int i : order) {
+    const AddedToken& t = added_[i];
+    if (t.match.empty()) continue;  // normalized away: never matched
+    AddedSet& set = t.normalized && normalizer_.present() ? normalized_added_ : raw_added_;
+    set.by_first_byte[static_cast<unsigned char>(t.match[0])].push_back(i);
+  }
+
+  // What each id decodes to. tokenizers.js skips (skip_special_tokens) every token spelled as a
+  // special added token or a string of tokenizer_config.json's additional_special_tokens.
+  std::unordered_set<std::string> skipped;
+  for (const AddedToken& t : added_) {
+    if (t.special) skipped.insert(t.content);
+  }
+  for (const json& s : cfg.value("additional_special_tokens", json::array())) {
+    if (s.is_string()) skipped.insert(s.get<std::string>());
+  }
+  std::vector<bool> is_added(pieces_.size(), false);
+  for (const AddedToken& t : added_) is_added[t.id] = true;
+  for (size_t id = 0; id < pieces_.size(); ++id) {
+    const std::string& piece = pieces_[id];
+    if (skipped.count(piece) != 0) {
+      surfaces_[id] = "";
+    } else if (is_added[id] && byte_level_) {
+      surfaces_[id] = piece;  // added tokens are text, not byte-level characters
+    } else {
+      surfaces_[id] = decoder_.Surface(piece);
+    }
+  }
   return Status::OK();
 }
 
@@ -379,16 +368,27 @@ std::vector<int> HfTokenizer::EncodeWithSpecialTokens(const std::string& text) c
   return ids;
 }
 
+const HfTokenizer::AddedToken* HfTokenizer::FindAdded(std::string_view s,
+                                                      bool parse_special) const {
+  if (s.size() > longest_added_) return nullptr;
+  const auto it = added_by_text_.find(s);
+  if (it == added_by_text_.end()) return nullptr;
+  const AddedToken& t = added_[it->second];
+  return parse_special || !t.special ? &t : nullptr;
+}
+
 template <typename OnText, typename OnToken>
 void HfTokenizer::SplitAdded(std::string_view text, const AddedSet& set, bool parse_special,
                              OnText on_text, OnToken on_token) const {
-  // Pass 1: the matches, leftmost-longest.
-  std::vector<std::pair<size_t, const AddedToken*>> found;
+  // Pass 1: the sections, text and matches (leftmost-longest) in order, as tokenizers.js's
+  // DictionarySplitter cuts them (no empty text sections).
+  std::vector<std::string_view> sections;
+  size_t start = 0;
   for (size_t i = 0; i < text.size();) {
     const AddedToken* match = nullptr;
     for (int k : set.by_first_byte[static_cast<unsigned char>(text[i])]) {
       const AddedToken& t = added_[k];
-      if ((parse_special || !t.special) && text.compare(i, t.content.size(), t.content) == 0) {
+      if ((parse_special || !t.special) && text.compare(i, t.match.size(), t.match) == 0) {
         match = &t;
         break;
       }
@@ -397,20 +397,25 @@ void HfTokenizer::SplitAdded(std::string_view text, const AddedSet& set, bool pa
       ++i;
       continue;
     }
-    found.emplace_back(i, match);
-    i += match->content.size();
+    if (i > start) sections.push_back(text.substr(start, i - start));
+    sections.push_back(text.substr(i, match->match.size()));
+    start = i += match->match.size();
   }
-  // Pass 2: the text between them, trimmed beside lstrip/rstrip tokens.
-  size_t start = 0;
-  for (size_t k = 0; k <= found.size(); ++k) {
-    const size_t end = k < found.size() ? found[k].first : text.size();
-    std::string_view between = text.substr(start, end - start);
-    if (k > 0 && found[k - 1].second->rstrip) between = TrimStart(between);
-    if (k < found.size() && found[k].second->lstrip) between = TrimEnd(between);
-    if (!between.empty()) on_text(between);
-    if (k < found.size()) {
-      on_token(found[k].second->id);
-      start = end + found[k].second->content.size();
+  if (start < text.size()) sections.push_back(text.substr(start));
+  // Pass 2: beside a section that is (still) an added token's text, lstrip / rstrip trim the
+  // neighbours; then each section is a token, or text (empty ones dropped).
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const AddedToken* t = FindAdded(sections[i], parse_special);
+    if (t == nullptr) continue;
+    if (t->lstrip && i > 0) sections[i - 1] = TrimEnd(sections[i - 1]);
+    if (t->rstrip && i + 1 < sections.size()) sections[i + 1] = TrimStart(sections[i + 1]);
+  }
+  for (size_t i = 0; i < sections.size(); ++i) {
+    if (sections[i].empty()) continue;
+    if (const AddedToken* t = FindAdded(sections[i], parse_special)) {
+      on_token(t->id);
+    } else {
+      on_text(sections[i], static_cast<int>(i));
     }
   }
 }
@@ -419,24 +424,36 @@ std::vector<int> HfTokenizer::Encode(const std::string& raw, bool parse_special)
   const std::string text = ToValidUtf8(raw);
   std::vector<int> ids;
   auto add_id = [&](int id) { ids.push_back(id); };
-  auto encode_section = [&](std::string_view s) { EncodeSection(s, parse_special, &ids); };
-  auto normalize_then_encode = [&](std::string_view section) {
-    if (!nfc_) return encode_section(section);
-    const std::string normalized = Nfc(section);
-    SplitAdded(normalized, normalized_added_, parse_special, encode_section, add_id);
+  auto normalize_then_encode = [&](std::string_view section, int index) {
+    if (!normalizer_.present()) return EncodeSection(section, index, &ids);
+    const std::string normalized = normalizer_.Apply(section);
+    SplitAdded(
+        normalized, normalized_added_, parse_special,
+        [&](std::string_view sub, int) { EncodeSection(sub, index, &ids); }, add_id);
   };
   SplitAdded(text, raw_added_, parse_special, normalize_then_encode, add_id);
   return ids;
 }
 
-void HfTokenizer::EncodeSection(std::string_view text, bool parse_special,
+void HfTokenizer::EncodeSection(std::string_view text, int section_index,
                                 std::vector<int>* ids) const {
   std::vector<std::string_view> pieces = {text}, next;
-  std::deque<std::string> prefixed;  // pieces with a space added (stable addresses)
+  std::deque<std::string> owned;  // pieces rewritten by a step (stable addresses)
   for (const PreTokenizerStep& step : pre_tokenizer_) {
     if (step.add_prefix_space) {
       for (std::string_view& p : pieces) {
-        if (!p.empty() && p[0] != ' ') p = prefixed.emplace_back(" " + std::string(p));
+        if (!p.empty() && p[0] != ' ') p = owned.emplace_back(" " + std::string(p));
+      }
+    }
+    if (step.metaspace) {
+      const bool prepend = step.prepend == PreTokenizerStep::Prepend::kAlways ||
+                           (step.prepend == PreTokenizerStep::Prepend::kFirst && section_index == 0);
+      for (std::string_view& p : pieces) {
+        std::string s = ReplaceAll(p, " ", step.str_rep);
+        if (prepend && s.compare(0, step.replacement.size(), step.replacement) != 0) {
+          s.insert(0, step.str_rep);
+        }
+        p = owned.emplace_back(std::move(s));
       }
     }
     if (step.splitter == nullptr) continue;
@@ -444,6 +461,7 @@ void HfTokenizer::EncodeSection(std::string_view text, bool parse_special,
     for (std::string_view p : pieces) step.splitter->Split(p, &next);
     pieces.swap(next);
   }
+  if (!byte_level_) return sp_bpe_.Encode(pieces, ids);
   for (std::string_view p : pieces) EncodePiece(p, ids);
 }
 
@@ -473,7 +491,19 @@ void HfTokenizer::EncodePiece(std::string_view piece, std::vector<int>* ids) con
 }
 
 std::string HfTokenizer::Normalize(std::string_view text) const {
-  return nfc_ ? Nfc(text) : std::string(text);
+  std::string s = normalizer_.Apply(text);
+  if (byte_level_) return s;
+  for (const PreTokenizerStep& step : pre_tokenizer_) {
+    if (!step.metaspace) continue;
+    s = ReplaceAll(s, " ", step.str_rep);
+    if (step.prepend != PreTokenizerStep::Prepend::kNever &&
+        s.compare(0, step.replacement.size(), step.replacement) != 0) {
+      s.insert(0, step.str_rep);
+    }
+  }
+  s = decoder_.Replace(s);
+  if (drop_leading_space_ && !s.empty() && s[0] == ' ') s.erase(0, 1);
+  return s;
 }
 
 std::string HfTokenizer::Piece(int id) const {

@@ -19,8 +19,7 @@ bool Exists(const std::string& path) {
 
 Status Tokenizer::Load(const std::string& dir, std::unique_ptr<Tokenizer>* out) {
   if (Exists(dir + "/tokenizer.json")) {
-    // Llama 2 style directories ship a sentencepiece tokenizer.json (byte fallback) beside
-    // tokenizer.model: that one is read from tokenizer.model.
+    // A tokenizer.json that is not supported (Unigram, ...) gives way to a tokenizer.model.
     std::unique_ptr<HfTokenizer> hf;
     Status s = HfTokenizer::Open(dir, &hf);
     if (s.ok()) *out = std::move(hf);
@@ -39,13 +38,12 @@ Status Tokenizer::Load(const std::string& dir, std::unique_ptr<Tokenizer>* out) 
 
 std::string Tokenizer::Decode(const std::vector<int>& ids, int prev) const {
   std::string text;
+  bool drop = drop_leading_space_ && (prev < 0 || prev == bos_id_);  // once, at the first text
   for (int id : ids) {
-    if (id >= 0 && id < vocab_size()) {
-      const std::string& s = surfaces_[id];
-      const bool at_start = drop_leading_space_ && (prev < 0 || prev == bos_id_);
-      text.append(s, (at_start && !s.empty() && s[0] == ' ') ? 1 : 0);
-    }
-    prev = id;
+    if (id < 0 || id >= vocab_size() || surfaces_[id].empty()) continue;
+    const std::string& s = surfaces_[id];
+    text.append(s, drop && s[0] == ' ' ? 1 : 0);
+    drop = false;
   }
   return text;
 }

