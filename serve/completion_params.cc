@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 namespace specloop {
 
@@ -12,6 +14,31 @@ json ApiError::ToJson() const {
   e["param"] = param.empty() ? json(nullptr) : json(param);
   e["code"] = code.empty() ? json(nullptr) : json(code);
   return {{"error", e}};
+}
+
+json GenerationDefaultsJson(const GenerationDefaults& d) {
+  json j = SamplingJson(d.sampling);
+  j.erase("seed");
+  j["max_tokens"] = d.max_tokens > 0 ? json(d.max_tokens) : json(nullptr);
+  j["eos_token_ids"] = d.eos_token_ids;
+  j["source"] = d.source;
+  return j;
+}
+
+namespace {
+// A float parameter as the decimal it was written as (0.6f shows as 0.6, not 0.6000000238).
+double Decimal(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.7g", v);
+  return std::strtod(buf, nullptr);
+}
+}  // namespace
+
+json SamplingJson(const SamplingParams& s) {
+  return {{"temperature", Decimal(s.temperature)},
+          {"top_p", Decimal(s.top_p)},
+          {"top_k", s.top_k > 0 ? json(s.top_k) : json(nullptr)},
+          {"seed", s.seed}};
 }
 
 namespace {
@@ -104,29 +131,45 @@ bool ParseCommonFields(const std::string& body, const std::string& header_domain
   bool present = false;
   if (!GetInteger(j, "n", &n, &present, error)) return false;
   if (n != 1) return Fail(error, 400, "only n = 1 is supported", "n");
+  const std::string range = "[0, " + std::to_string(kMaxTopLogprobs) + "]";
   if (chat) {
+    // logprobs: true, with top_logprobs alternatives (none when absent).
     bool logprobs = false;
     if (!GetBool(j, "logprobs", &logprobs, error)) return false;
-    if (logprobs) return Fail(error, 400, "logprobs is not supported", "logprobs");
+    int64_t top = 0;
+    if (!GetInteger(j, "top_logprobs", &top, &present, error)) return false;
+    if (present && !logprobs) {
+      return Fail(error, 400, "top_logprobs needs logprobs: true", "top_logprobs");
+    }
+    if (top < 0 || top > kMaxTopLogprobs) {
+      return Fail(error, 400, "top_logprobs must be an integer in " + range, "top_logprobs");
+    }
+    if (logprobs) p->logprobs = static_cast<int>(top);
   } else {
     bool echo = false;
     if (!GetBool(j, "echo", &echo, error)) return false;
     if (echo) return Fail(error, 400, "echo is not supported", "echo");
-    if (auto it = j.find("logprobs"); it != j.end() && !it->is_null() &&
-                                      !(it->is_number_integer() && it->get<int64_t>() == 0)) {
-      return Fail(error, 400, "logprobs is not supported", "logprobs");
+    // logprobs: the number of alternatives (the legacy completions API's integer).
+    int64_t top = 0;
+    if (!GetInteger(j, "logprobs", &top, &present, error)) return false;
+    if (top < 0 || top > kMaxTopLogprobs) {
+      return Fail(error, 400, "logprobs must be an integer in " + range, "logprobs");
     }
+    if (present) p->logprobs = static_cast<int>(top);
   }
+  if (!GetBool(j, "return_tokens_as_token_ids", &p->tokens_as_ids, error)) return false;
 
-  // Sampling.
-  double temperature = 1.0, top_p = 1.0;
+  // Sampling: what the request gives, else the model's defaults (limits.defaults).
+  static const GenerationDefaults kPlain;
+  const GenerationDefaults& defaults = limits.defaults ? *limits.defaults : kPlain;
+  double temperature = defaults.sampling.temperature, top_p = defaults.sampling.top_p;
   if (!GetNumber(j, "temperature", &temperature, &present, error)) return false;
-  if (temperature < 0 || temperature > 2) {
+  if (present && (temperature < 0 || temperature > 2)) {
     return Fail(error, 400, "temperature must be in [0, 2]", "temperature");
   }
   if (!GetNumber(j, "top_p", &top_p, &present, error)) return false;
   if (!(top_p > 0 && top_p <= 1)) return Fail(error, 400, "top_p must be in (0, 1]", "top_p");
-  int64_t top_k = 0, seed = static_cast<int64_t>(default_seed);
+  int64_t top_k = defaults.sampling.top_k, seed = static_cast<int64_t>(default_seed);
   if (!GetInteger(j, "top_k", &top_k, &present, error)) return false;
   if (top_k == -1) top_k = 0;
   if (top_k < 0 || top_k > (1 << 30)) return Fail(error, 400, "top_k must be >= 0 (or -1)", "top_k");
@@ -169,6 +212,7 @@ bool ParseCommonFields(const std::string& body, const std::string& header_domain
   bool ignore_eos = false;
   if (!GetBool(j, "ignore_eos", &ignore_eos, error)) return false;
   p->generate.stop_at_eos = !ignore_eos;
+  if (!ignore_eos) p->stop_token_ids = defaults.eos_token_ids;
 
   // domain: body field, else header, else "default".
   p->domain = header_domain.empty() ? "default" : header_domain;
@@ -186,10 +230,15 @@ bool ParseCommonFields(const std::string& body, const std::string& header_domain
 }
 
 // Checks p->prompt (ids) against the context and sets max_tokens: the request's, else
-// `default_max` capped by the room left in the context (-1: all the room, up to the limit).
+// `default_max` (-1: all the room, up to the limit), or the model's max_new_tokens where lower,
+// capped by the room left in the context.
 bool FinishPrompt(const CompletionLimits& limits, int64_t max_tokens, int64_t default_max,
                   const char* param, CompletionParams* p, ApiError* error) {
   const ModelConfig& c = *limits.config;
+  if (limits.defaults != nullptr && limits.defaults->max_tokens > 0) {
+    default_max = default_max < 0 ? limits.defaults->max_tokens
+                                  : std::min<int64_t>(default_max, limits.defaults->max_tokens);
+  }
   if (p->prompt.empty()) return Fail(error, 400, std::string(param) + " must not be empty", param);
   const int64_t ctx = c.max_position_embeddings;
   const int64_t plen = static_cast<int64_t>(p->prompt.size());
@@ -295,23 +344,42 @@ bool ParseCompletionRequest(const std::string& body, const std::string& header_d
                          &max_tokens, error)) {
     return false;
   }
-  // prompt
+  // prompt: text (tokenized, BOS added when the model wants one), or token ids as given.
   auto pit = j.find("prompt");
   if (pit == j.end() || pit->is_null()) return Fail(error, 400, "prompt is required", "prompt");
-  if (pit->is_array()) {
+  const json* ids = nullptr;
+  if (pit->is_array() && !pit->empty() && (*pit)[0].is_number()) {
+    ids = &*pit;
+  } else if (pit->is_array() && pit->size() == 1 && (*pit)[0].is_array()) {
+    ids = &(*pit)[0];
+  } else if (pit->is_array()) {
     if (pit->size() != 1 || !(*pit)[0].is_string()) {
-      return Fail(error, 400, "prompt must be a string or an array of exactly one string",
+      return Fail(error, 400,
+                  "prompt must be a string, token ids, or an array of exactly one of them",
                   "prompt");
     }
     p.prompt_text = (*pit)[0].get<std::string>();
   } else if (pit->is_string()) {
     p.prompt_text = pit->get<std::string>();
   } else {
-    return Fail(error, 400, "prompt must be a string", "prompt");
+    return Fail(error, 400, "prompt must be a string or token ids", "prompt");
   }
-  // Tokenize and check the context.
-  p.prompt = limits.tokenizer->Encode(p.prompt_text);
-  if (limits.config->add_bos_token) p.prompt.insert(p.prompt.begin(), limits.config->bos_token_id);
+  if (ids != nullptr) {
+    const int vocab = limits.config->vocab_size;
+    for (const json& id : *ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab) {
+        return Fail(error, 400,
+                    "prompt token ids must be integers in [0, " + std::to_string(vocab) + ")",
+                    "prompt");
+      }
+      p.prompt.push_back(static_cast<int>(id.get<int64_t>()));
+    }
+  } else {
+    p.prompt = limits.tokenizer->Encode(p.prompt_text);
+    if (limits.config->add_bos_token) {
+      p.prompt.insert(p.prompt.begin(), limits.config->bos_token_id);
+    }
+  }
   if (!FinishPrompt(limits, max_tokens, /*default_max=*/16, "prompt", &p, error)) return false;
   *out = std::move(p);
   return true;

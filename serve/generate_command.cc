@@ -1,4 +1,6 @@
 // `specloop generate`: decoding from the command line.
+#include <algorithm>
+#include <chrono>
 #include <iostream>
 #include <sstream>
 
@@ -10,8 +12,12 @@
 #include "common/engine/generate.h"
 #include "common/engine/speculative_decoder.h"
 #include "common/spec/prompt_lookup_proposer.h"
+#include "common/tokenizer/generation_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "serve/commands.h"
+#include "serve/completion_params.h"
+#include "serve/logprobs_json.h"
+#include "serve/step_logprobs.h"
 
 namespace specloop {
 
@@ -26,7 +32,93 @@ struct GenerateArgs {
   float temperature = 1.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool json = false, ignore_eos = false;
+  std::string generation_config = "auto";
+  int logprobs = -1;  // -1: none
+  // Set: given on the command line (else the model's generation_config.json default).
+  CLI::Option *temperature_option = nullptr, *top_p_option = nullptr, *top_k_option = nullptr,
+              *max_tokens_option = nullptr;
 };
+
+// Whether `token` is one of `stop_ids`.
+bool IsStopId(const std::vector<int>& stop_ids, int token) {
+  return std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
+}
+
+// GeneratePlain token by token: ends at the first of `stop_ids` too (*stop_id set, the id
+// kept, hit_eos), and with top_n >= 0 fills *entries with each token's log-probs.
+GenerateResult DecodePlain(const LlamaModel& model, const std::vector<int>& prompt,
+                           const GenerateOptions& options, int top_n,
+                           const std::vector<int>& stop_ids, std::vector<TokenLogprob>* entries,
+                           bool* stop_id) {
+  std::vector<float> scratch;
+  TokenObserver observer;
+  if (top_n >= 0) {
+    observer = [&](int token, const float* logits, int vocab) {
+      entries->emplace_back();
+      ComputeTokenLogprob(logits, vocab, options.sampling, token, top_n, &scratch,
+                          &entries->back());
+    };
+  }
+  PlainGeneration g(model, prompt, options, observer);
+  const auto ended = [&] {
+    return !g.result().tokens.empty() && IsStopId(stop_ids, g.result().tokens.back());
+  };
+  *stop_id = ended();
+  while (!*stop_id && !g.finished()) {
+    g.Step();
+    *stop_id = ended();
+  }
+  GenerateResult r = g.result();
+  r.hit_eos = r.hit_eos || *stop_id;
+  return r;
+}
+
+// GenerateSpeculative's loop (SpeculativeGeneration: DecodeStep over a batch of one), with the
+// slot's on_commit reading each step's target rows for the log-probs (top_n >= 0) and the
+// output cut after the first of `stop_ids` (as DecodePlain).
+GenerateResult DecodeSpeculative(const LlamaModel& target, Proposer* proposer,
+                                 const std::vector<int>& prompt, const SpeculativeOptions& options,
+                                 int top_n, const std::vector<int>& stop_ids,
+                                 SpeculativeStats* stats, std::vector<TokenLogprob>* entries,
+                                 bool* stop_id) {
+  using Clock = std::chrono::steady_clock;
+  TORCH_CHECK(!options.policy || options.costs, "a policy needs costs");
+  GenerateResult r;
+  auto t0 = Clock::now();
+  SpeculativeDecoder decoder(&target, proposer, prompt, options.generate);
+  r.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  DecodeSlot slot;
+  slot.decoder = &decoder;
+  slot.proposer = proposer;
+  slot.draft_proposer = dynamic_cast<DraftModelProposer*>(proposer);
+  slot.policy = options.policy;
+  if (options.policy != nullptr && slot.draft_proposer != nullptr) slot.tree = options.tree;
+  slot.fixed_k = options.k;
+  std::vector<float> scratch;
+  std::vector<TokenLogprob> step;
+  if (top_n >= 0) {
+    slot.on_commit = [&](const DecodeSlot& done, const at::Tensor& rows) {
+      StepLogprobs(done, rows, options.generate.sampling, top_n, &scratch, &step);
+    };
+  }
+  *stop_id = false;
+  size_t kept = 0;  // generated tokens of the output
+  while (!decoder.finished() && !*stop_id) {
+    t0 = Clock::now();
+    DecodeStep(target, options.costs, {&slot});
+    TORCH_CHECK(slot.error.empty(), slot.error);
+    r.decode_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    size_t n = 0;
+    while (n < slot.emitted.size() && !*stop_id) *stop_id = IsStopId(stop_ids, slot.emitted[n++]);
+    if (top_n >= 0) entries->insert(entries->end(), step.begin(), step.begin() + n);
+    kept += n;
+  }
+  *stats = decoder.stats();
+  r.tokens = decoder.generated();
+  r.tokens.resize(kept);
+  r.hit_eos = decoder.hit_eos() || *stop_id;
+  return r;
+}
 
 int RunGenerate(const GenerateArgs& a) {
   LoadOptions load;
@@ -41,10 +133,37 @@ int RunGenerate(const GenerateArgs& a) {
     return 1;
   }
   const ModelConfig& c = model->config();
+  // Defaults from the model's generation_config.json (--generation-config), where the command
+  // line gives none.
+  GenerationConfigMode mode = GenerationConfigMode::kAuto;
+  GenerationConfig generation_config;
+  GenerationDefaults defaults;
+  s = ParseGenerationConfigMode(a.generation_config, &mode);
+  if (s.ok()) s = GenerationConfig::FromDir(a.model, &generation_config);
+  if (s.ok()) {
+    s = ResolveGenerationDefaults(generation_config, mode, c.eos_token_ids, c.vocab_size,
+                                  &defaults);
+  }
+  if (!s.ok()) {
+    std::cerr << "specloop generate: " << s.ToString() << "\n";
+    return 1;
+  }
+  for (const std::string& w : defaults.not_applied) {
+    std::cerr << "specloop generate: warning: " << a.model << "/generation_config.json: " << w
+              << "\n";
+  }
+  const auto given = [](const CLI::Option* o) { return o != nullptr && o->count() > 0; };
   GenerateOptions opt;
-  opt.max_tokens = a.max_tokens;
-  opt.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
+  opt.max_tokens = given(a.max_tokens_option) || defaults.max_tokens <= 0
+                       ? a.max_tokens
+                       : std::min(a.max_tokens, defaults.max_tokens);
+  opt.sampling = {given(a.temperature_option) ? a.temperature : defaults.sampling.temperature,
+                  given(a.top_k_option) ? a.top_k : defaults.sampling.top_k,
+                  given(a.top_p_option) ? a.top_p : defaults.sampling.top_p, a.seed};
+  if (opt.sampling.top_k < 0) opt.sampling.top_k = 0;  // -1: off, as requests
   opt.stop_at_eos = !a.ignore_eos;
+  const std::vector<int> stop_ids = a.ignore_eos ? std::vector<int>() : defaults.eos_token_ids;
+  if (!a.json) std::cerr << "specloop generate: defaults: " << defaults.Describe() << "\n";
   if (std::string err = opt.sampling.Validate(); !err.empty()) {
     std::cerr << "specloop generate: " << err << "\n";
     return 2;
@@ -125,11 +244,19 @@ int RunGenerate(const GenerateArgs& a) {
     }
   }
   SpeculativeStats stats;
-  GenerateResult r = speculative
-                         ? GenerateSpeculative(*model, proposer, prompt, spec_opt, &stats)
-                         : GeneratePlain(*model, prompt, opt);
+  std::vector<TokenLogprob> entries;  // --logprobs: one per generated token
+  GenerateResult r;
+  bool stop_id = false;
+  try {
+    r = speculative ? DecodeSpeculative(*model, proposer, prompt, spec_opt, a.logprobs,
+                                        stop_ids, &stats, &entries, &stop_id)
+                    : DecodePlain(*model, prompt, opt, a.logprobs, stop_ids, &entries, &stop_id);
+  } catch (const std::exception& e) {
+    std::cerr << "specloop generate: " << e.what() << "\n";
+    return 1;
+  }
   std::vector<int> shown = r.tokens;
-  if (r.hit_eos) shown.pop_back();
+  if (r.hit_eos && !stop_id) shown.pop_back();  // the model's EOS (an extra stop id is shown)
   const std::string text = tokenizer->Decode(shown, prompt.back());
   const double seconds = r.prefill_seconds + r.decode_seconds;
   const double tps = seconds > 0 ? r.tokens.size() / seconds : 0.0;
@@ -142,7 +269,14 @@ int RunGenerate(const GenerateArgs& a) {
         {"tokens_per_second", tps},
         {"prefill_seconds", r.prefill_seconds},
         {"decode_seconds", r.decode_seconds},
+        {"sampling", SamplingJson(opt.sampling)},
+        {"generation_defaults", GenerationDefaultsJson(defaults)},
     };
+    if (a.logprobs >= 0) {
+      LogprobsJson format(tokenizer.get(), prompt.back(), LogprobsJson::Format::kGenerate,
+                          /*tokens_as_ids=*/false);
+      j["logprobs"] = format.Chunk(entries);
+    }
     if (speculative) {
       j["drafted"] = stats.drafted;
       j["accepted"] = stats.accepted;
@@ -189,10 +323,28 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<GenerateArgs>();
   cmd->add_option("--model", a->model, "model directory (Hugging Face layout)")->required();
   cmd->add_option("--prompt", a->prompt, "prompt text")->required();
-  cmd->add_option("--max-tokens", a->max_tokens, "most tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-p", a->top_p, "nucleus mass")->capture_default_str();
-  cmd->add_option("--top-k", a->top_k, "0 = off")->capture_default_str();
+  a->max_tokens_option =
+      cmd->add_option("--max-tokens", a->max_tokens,
+                      "most tokens to generate (default: 128, or the model's max_new_tokens "
+                      "where lower)")
+          ->capture_default_str();
+  a->temperature_option =
+      cmd->add_option("--temperature", a->temperature,
+                      "0 = greedy (default: the model's generation_config.json, else 1)");
+  a->top_p_option = cmd->add_option("--top-p", a->top_p,
+                                    "nucleus mass (default: generation_config.json's, else 1)");
+  a->top_k_option = cmd->add_option("--top-k", a->top_k,
+                                    "0 = off (default: generation_config.json's, else off)");
+  cmd->add_option("--generation-config", a->generation_config,
+                  "auto: the defaults of --temperature, --top-p, --top-k and --max-tokens from "
+                  "the model's generation_config.json (do_sample false: greedy); ignore: 1, 1, "
+                  "off, 128. Its eos_token_id ids end generation in both")
+      ->check(CLI::IsMember({"auto", "ignore"}))
+      ->capture_default_str();
+  cmd->add_option("--logprobs", a->logprobs,
+                  "with --json: each token's log-probability under the sampling, and this many "
+                  "alternatives (0 to 20)")
+      ->check(CLI::Range(0, kMaxTopLogprobs));
   cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", a->dtype,

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/api_key.h"
+#include "serve/logprobs_json.h"
 #include "serve/sample_logger.h"
 #include "serve/status_page.h"
 
@@ -105,6 +106,7 @@ HttpServer::HttpServer(const HttpServerOptions& options, Scheduler* scheduler,
   limits_.max_tokens_limit = options.max_tokens_limit;
   limits_.max_prompt_tokens = options.max_prompt_tokens;
   limits_.chat_template = options_.chat_template.get();  // null: the default template
+  limits_.defaults = &options_.generation_defaults;
   Routes();
 }
 
@@ -209,7 +211,8 @@ void HttpServer::Routes() {
                   {"created", 0},
                   {"owned_by", "specloop"},
                   {"max_model_len", limits_.config->max_position_embeddings},
-                  {"draft_version", scheduler_->draft_version()}};
+                  {"draft_version", scheduler_->draft_version()},
+                  {"generation_defaults", GenerationDefaultsJson(options_.generation_defaults)}};
     res.set_content(Dump({{"object", "list"}, {"data", json::array({model})}}), kJson);
   });
 
@@ -271,7 +274,10 @@ void HttpServer::Routes() {
 //          "assistant", "content"}, "logprobs", "finish_reason"}]}; chunks are
 //          "chat.completion.chunk" with a "delta": {"role": "assistant", "content": ""} first,
 //          then {"content": text}, and {} beside the finish_reason.
-// Both put usage and the speculative statistics in the response, or in the last chunk.
+// Both put usage, the speculative statistics and the request's sampling ({"temperature",
+// "top_p", "top_k", "seed"}: what it gave, else the model's defaults) in the response, or in
+// the last chunk. With log-probs asked for, each choice (each chunk's, for its own tokens)
+// carries them in the API's shape (logprobs_json.h); else "logprobs" is null.
 void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, bool chat) {
   auto send_error = [this](httplib::Response& res, const ApiError& e) {
     SendError(metrics_, res, e);
@@ -289,6 +295,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, b
                 (unsigned long long)(id_salt_ >> 32), (unsigned long long)n);
   params.request_id = id;
   const bool stream = params.stream;
+  const json sampling = SamplingJson(params.generate.sampling);
   auto channel = std::make_shared<RequestChannel>(std::move(params));
   switch (scheduler_->Submit(channel)) {
     case Scheduler::SubmitResult::kOk:
@@ -318,8 +325,18 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, b
                {"model", options_.model_name},
                {"system_fingerprint", Fingerprint()}};
 
+  const CompletionParams& p = channel->params();
+  // The log-probs' formatter (null when none are asked for), for the whole response.
+  std::shared_ptr<LogprobsJson> logprobs =
+      p.logprobs >= 0
+          ? std::make_shared<LogprobsJson>(limits_.tokenizer, p.prompt.back(),
+                                           chat ? LogprobsJson::Format::kChat
+                                                : LogprobsJson::Format::kCompletions,
+                                           p.tokens_as_ids)
+          : nullptr;
   if (!stream) {
     std::string text;
+    std::vector<TokenLogprob> entries;
     RequestEvent e;
     while (true) {
       if (!channel->Next(std::chrono::seconds(1), &e)) {
@@ -331,6 +348,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, b
       }
       if (e.type == RequestEvent::Type::kDelta) {
         text += e.text;
+        entries.insert(entries.end(), e.logprobs.begin(), e.logprobs.end());
         continue;
       }
       break;
@@ -339,7 +357,9 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, b
       return send_error(res, ServerError(e.http_status, e.error));
     }
     json body = head;
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", e.finish_reason}};
+    json choice = {{"index", 0},
+                   {"logprobs", logprobs ? logprobs->Chunk(entries) : json(nullptr)},
+                   {"finish_reason", e.finish_reason}};
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", text}};
     } else {
@@ -348,6 +368,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, b
     body["choices"] = json::array({choice});
     body["usage"] = UsageJson(e);
     body["speculative"] = SpeculativeJson(e.speculative);
+    body["sampling"] = sampling;
     res.set_content(Dump(body), kJson);
     return;
   }
@@ -357,16 +378,22 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, b
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, channel, head, chat](size_t, httplib::DataSink& sink) {
+      [this, channel, head, chat, sampling, logprobs](size_t, httplib::DataSink& sink) {
         auto send = [&sink](const json& j) {
           const std::string s = "data: " + Dump(j) + "\n\n";
           return sink.write(s.data(), s.size());
         };
-        // A chunk: `delta` for chat (null: {"content": text}), else the text.
-        auto chunk = [&head, chat](const std::string& text, const json& finish,
-                                   const json& delta = nullptr) {
+        // A chunk: `delta` for chat (null: {"content": text}), else the text; with log-probs
+        // asked for, the entries of its tokens (`entries`, null: none, as the role's chunk and
+        // the last one).
+        auto chunk = [&head, chat, &logprobs](const std::string& text, const json& finish,
+                                              const json& delta = nullptr,
+                                              const std::vector<TokenLogprob>* entries = nullptr) {
           json c = head;
-          json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+          json choice = {{"index", 0},
+                         {"logprobs", logprobs && entries ? logprobs->Chunk(*entries)
+                                                          : json(nullptr)},
+                         {"finish_reason", finish}};
           if (chat) {
             choice["delta"] = delta.is_null() ? json{{"content", text}} : delta;
           } else {
@@ -389,7 +416,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, b
             continue;
           }
           if (e.type == RequestEvent::Type::kDelta) {
-            if (!send(chunk(e.text, nullptr))) {
+            if (!send(chunk(e.text, nullptr, nullptr, &e.logprobs))) {
               channel->Cancel();
               return false;
             }
@@ -402,6 +429,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, b
             json last = chunk("", e.finish_reason, json::object());
             last["usage"] = UsageJson(e);
             last["speculative"] = SpeculativeJson(e.speculative);
+            last["sampling"] = sampling;
             if (!send(last)) return false;
           }
           static const std::string kDone = "data: [DONE]\n\n";

@@ -6,7 +6,7 @@
 //   POST /v1/chat/completions  the same, with messages rendered by the model's chat template
 //                          (common/chat/chat_template.h): a "chat.completion" object, or
 //                          "chat.completion.chunk" events whose first delta is the role;
-//   GET  /v1/models        the served model;
+//   GET  /v1/models        the served model, with its generation_defaults;
 //   GET  /health           200 while the scheduler runs, else 503;
 //   GET  /metrics          Prometheus text exposition 0.0.4;
 //   GET  /, /status.json   the built-in status page and its data (serve/status_page.h).
@@ -81,6 +81,10 @@ struct HttpServerOptions {
   // The model's chat template for /v1/chat/completions (ChatTemplate::FromModelDir). Default:
   // null, the plain default template (kDefaultChatTemplate).
   std::shared_ptr<const ChatTemplate> chat_template;
+  // What requests that omit sampling fields or max_tokens get, and the extra stop ids
+  // (generation_config.json under --generation-config auto); shown in /v1/models. Default: the
+  // plain defaults.
+  GenerationDefaults generation_defaults;
 };
 
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/engine/generate.h"
+#include "serve/token_logprobs.h"
 
 namespace specloop {
 
@@ -33,6 +34,13 @@ struct CompletionParams {
   std::vector<std::string> stop;  // stop strings (cut on decoded text), at most 4, non-empty
   bool stream = false;
   bool log = true;           // log this request into the replay buffer (when the server logs)
+  // Ids that end generation beside the model config's EOS ids (generation_config.json's; empty
+  // under ignore_eos): the output ends with the first one, as with an EOS.
+  std::vector<int> stop_token_ids;
+  // Log-probabilities: -1 none; N >= 0: each generated token's, with its N most likely
+  // alternatives (token_logprobs.h).
+  int logprobs = -1;
+  bool tokens_as_ids = false;  // show tokens as "token_id:ID" (vLLM's return_tokens_as_token_ids)
 };
 
 // Speculative statistics reported in the response's `speculative` object.
@@ -54,12 +62,15 @@ struct SpeculativeUsage {
   double acceptance_rate() const { return tested ? double(accepted) / tested : 0.0; }
 };
 
-// What the scheduler posts. A request gets zero or more kDelta events and then exactly one
-// kDone or kError event.
+// What the scheduler posts. A request gets zero or more kDelta events (each with text, or
+// log-probs, or both) and then exactly one kDone or kError event.
 struct RequestEvent {
   enum class Type { kDelta, kDone, kError };
   Type type = Type::kDelta;
   std::string text;              // kDelta: new text; kDone: empty
+  // kDelta, when the request asks for log-probs: the entries of the tokens this step added to
+  // the output, in order (their text may still be held back: text and tokens need not align).
+  std::vector<TokenLogprob> logprobs;
   std::string finish_reason;     // kDone: "stop" (EOS or stop string) or "length"
   int prompt_tokens = 0;         // kDone
   int completion_tokens = 0;     // kDone: tokens generated (past a stop string included)

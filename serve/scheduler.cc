@@ -8,6 +8,7 @@
 #include "common/engine/decode_step.h"
 #include "common/engine/speculative_decoder.h"
 #include "serve/sequence.h"
+#include "serve/step_logprobs.h"
 
 namespace specloop {
 
@@ -16,6 +17,17 @@ using Clock = std::chrono::steady_clock;
 namespace {
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Cuts `tokens` after the first of `stop_ids`; returns whether there was one.
+bool CutAtStopId(const std::vector<int>& stop_ids, std::vector<int>* tokens) {
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    if (std::find(stop_ids.begin(), stop_ids.end(), (*tokens)[i]) != stop_ids.end()) {
+      tokens->resize(i + 1);
+      return true;
+    }
+  }
+  return false;
 }
 }  // namespace
 
@@ -326,6 +338,17 @@ void Scheduler::Admit() {
                                   rows.narrow(0, rows.size(0) - (drafted + 1), drafted + 1));
         };
       }
+      if (p.logprobs >= 0) {
+        // The emitted tokens' log-probs, after the logger's part: their cost is the rows' too.
+        Sequence* s = seq.get();
+        slot.on_commit = [s, log = std::move(slot.on_commit)](const DecodeSlot& done,
+                                                              const at::Tensor& rows) {
+          if (log) log(done, rows);
+          const CompletionParams& params = s->channel->params();
+          StepLogprobs(done, rows, params.generate.sampling, params.logprobs,
+                       &s->logprob_scratch, &s->step_logprobs);
+        };
+      }
     } catch (const std::exception& e) {
       metrics_->ObserveSchedulerError();
       Fail(seq.get(), 500, std::string("prefill failed: ") + e.what());
@@ -572,14 +595,33 @@ void Scheduler::Step() {
         seq->got_first_token = true;
         seq->ttft_seconds = SecondsSince(seq->channel->created());
       }
-      std::string delta = seq->text->Push(slot->emitted);
-      if (!delta.empty()) {
-        RequestEvent e;
-        e.text = std::move(delta);
-        seq->channel->Post(std::move(e));
+      // The step's output: the emitted tokens up to the first extra stop id, pushed one by one
+      // where stop strings may end the text, so that it ends at the token completing the first
+      // one to appear (whatever k grouped the tokens into steps).
+      const CompletionParams& p = seq->channel->params();
+      std::vector<int> out = slot->emitted;
+      const bool stop_id = CutAtStopId(p.stop_token_ids, &out);
+      seq->cut_tokens += static_cast<int64_t>(slot->emitted.size() - out.size());
+      std::string delta;
+      size_t kept = out.size();
+      if (p.stop.empty()) {
+        delta = seq->text->Push(out);
+      } else {
+        for (size_t i = 0; i < out.size() && !seq->text->stopped(); ++i) {
+          delta += seq->text->Push({out[i]});
+          kept = i + 1;
+        }
       }
-      if (seq->text->stopped() || seq->decoder->finished()) {
-        Finish(seq, seq->text->stopped() || seq->decoder->hit_eos() ? "stop" : "length");
+      RequestEvent e;
+      e.text = std::move(delta);
+      if (p.logprobs >= 0 && seq->step_logprobs.size() == slot->emitted.size()) {
+        e.logprobs.assign(seq->step_logprobs.begin(), seq->step_logprobs.begin() + kept);
+      }
+      seq->step_logprobs.clear();
+      if (!e.text.empty() || !e.logprobs.empty()) seq->channel->Post(std::move(e));
+      if (seq->text->stopped() || seq->decoder->finished() || stop_id) {
+        Finish(seq, seq->text->stopped() || seq->decoder->hit_eos() || stop_id ? "stop"
+                                                                                : "length");
       }
     } catch (const std::exception& e) {
       metrics_->ObserveSchedulerError();
@@ -661,7 +703,8 @@ void Scheduler::Finish(Sequence* seq, const std::string& reason) {
   done.prompt_tokens = static_cast<int>(p.prompt.size());
   if (seq->decoder) {
     const SpeculativeStats& st = seq->decoder->stats();
-    done.completion_tokens = static_cast<int>(seq->decoder->tokens().size() - p.prompt.size());
+    done.completion_tokens =
+        static_cast<int>(seq->decoder->tokens().size() - p.prompt.size() - seq->cut_tokens);
     done.speculative.steps = st.steps;
     done.speculative.drafts = st.drafts;
     done.speculative.drafted = st.drafted;

@@ -47,6 +47,13 @@ struct Sequence {
   SpeculativeUsage::Suffix suffix_usage;           // the suffix proposer's steps so far
   SpeculativeUsage::Suffix lookup_usage;           // prompt lookup's steps so far
   SpeculativeUsage::Suffix tree_usage;             // token-tree steps so far
+  // When the request asks for log-probs: the entries of the last step's emitted tokens
+  // (slot.emitted), computed by its on_commit from the step's target rows; and the scratch row.
+  std::vector<TokenLogprob> step_logprobs;
+  std::vector<float> logprob_scratch;
+  // Tokens the decoder emitted after an extra stop id (CompletionParams::stop_token_ids) ended
+  // the output in their step: not part of the output, nor counted in completion_tokens.
+  int64_t cut_tokens = 0;
   bool got_first_token = false;
   double ttft_seconds = -1;
   bool done = false;                               // retired at the end of the iteration

@@ -18,6 +18,7 @@
 
 #include "buffer/replay_logger.h"
 #include "common/chat/chat_template.h"
+#include "common/tokenizer/generation_config.h"
 #include "common/model/threads.h"
 #include "serve/commands.h"
 #include "serve/draft_swapper.h"
@@ -35,6 +36,7 @@ struct ServeArgs {
   std::string target, draft, host = "127.0.0.1", buffer, trainer_endpoint, k = "auto";
   std::string trainer_router, trainer_public_key, draft_staging, trainer_status;
   std::string device = "cpu", dtype = "auto", model_name, chat_template;
+  std::string generation_config = "auto";
   int port = 8000, max_batch = 16, threads = 0, http_threads = 96, log_top_k = 64;
   int max_waiting = 64, max_domains = 16, k_max = 8;
   uint64_t buffer_max_mb = 4096;
@@ -120,9 +122,25 @@ int RunServe(const ServeArgs& a) {
     if (!chat_template->eos_token().empty()) special["eos_token"] = chat_template->eos_token();
     if (s.ok()) s = ChatTemplate::Compile(source, special, &chat_template).Annotate("--chat-template");
   }
+  // Request defaults from the target's generation_config.json (--generation-config).
+  GenerationConfigMode generation_mode = GenerationConfigMode::kAuto;
+  GenerationConfig generation_config;
+  GenerationDefaults generation_defaults;
+  if (s.ok()) s = ParseGenerationConfigMode(a.generation_config, &generation_mode);
+  if (s.ok()) s = GenerationConfig::FromDir(a.target, &generation_config);
+  if (s.ok()) {
+    s = ResolveGenerationDefaults(generation_config, generation_mode,
+                                  target->config().eos_token_ids, target->config().vocab_size,
+                                  &generation_defaults);
+  }
   if (!s.ok()) {
     std::cerr << "specloop serve: " << s.ToString() << "\n";
     return 1;
+  }
+  std::printf("specloop serve: request defaults: %s\n", generation_defaults.Describe().c_str());
+  for (const std::string& w : generation_defaults.not_applied) {
+    std::printf("specloop serve: warning: %s/generation_config.json: %s\n", a.target.c_str(),
+                w.c_str());
   }
   const std::string target_id = TargetId(a.target);
 
@@ -211,6 +229,7 @@ int RunServe(const ServeArgs& a) {
   ho.keep_alive_timeout_seconds = a.keep_alive_timeout;
   ho.keep_alive_max_requests = a.keep_alive_max;
   ho.chat_template = std::move(chat_template);
+  ho.generation_defaults = generation_defaults;
   HttpServer server(ho, &scheduler, metrics.get(), tokenizer.get(), &target->config(),
                     logger.get(), sample_logger.get());
   int port = 0;
@@ -341,6 +360,13 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--chat-template", a->chat_template,
                   "Jinja chat template file for /v1/chat/completions (default: the target's "
                   "tokenizer_config.json chat_template, else \"ROLE: content\" lines)");
+  cmd->add_option("--generation-config", a->generation_config,
+                  "auto: requests that omit temperature, top_p, top_k or max_tokens get the "
+                  "target's generation_config.json values (do_sample false: greedy), as vLLM; "
+                  "ignore: temperature 1, top_p 1, top_k off. Its eos_token_id ids end "
+                  "generation in both")
+      ->check(CLI::IsMember({"auto", "ignore"}))
+      ->capture_default_str();
   cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", a->dtype,
                   "target weights: auto (float32 on cpu), float32, float16 or bfloat16 (on cpu: "

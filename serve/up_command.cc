@@ -57,6 +57,7 @@ namespace {
 
 struct UpArgs {
   std::string target, draft, data = "./specloop-data", host = "127.0.0.1", dtype = "auto";
+  std::string generation_config = "auto";  // the servers' --generation-config
   int port = 8000, trainer_metrics_port = 9091, trainer_pub_port = 0, trainer_router_port = 0;
   int threads = 0;  // each server's compute threads; 0: the cores less the trainer's one, split
   int workers = 1;
@@ -179,6 +180,9 @@ int RunUp(UpArgs a) {
                   "--draft", a.draft,    "--host",    a.host,
                   "--port",  std::to_string(ports[i - 1]), "--buffer", dir + "/buffer",
                   "--dtype", a.dtype};
+    if (!HasOption(a.serve_args, "--generation-config")) {
+      serve.argv.insert(serve.argv.end(), {"--generation-config", a.generation_config});
+    }
     if (fleet) serve.argv.insert(serve.argv.end(), {"--worker-id", std::to_string(i)});
     if (!a.no_train) {
       serve.argv.insert(serve.argv.end(), {"--draft-staging", dir + "/drafts",
@@ -299,6 +303,11 @@ void AddUpCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--dtype", a->dtype,
                   "the target's weights: auto (float32 on cpu), float32, float16 or bfloat16")
+      ->capture_default_str();
+  cmd->add_option("--generation-config", a->generation_config,
+                  "the servers' request defaults: auto (the target's generation_config.json) "
+                  "or ignore (temperature 1, top_p 1, top_k off)")
+      ->check(CLI::IsMember({"auto", "ignore"}))
       ->capture_default_str();
   cmd->add_option("--serve-arg", a->serve_args,
                   "extra argument for `specloop serve` (repeatable; --serve-arg=--k=4)");

@@ -17,9 +17,10 @@ int SampleToken(const float* logits, int vocab, const SamplingParams& params, Rn
 using Clock = std::chrono::steady_clock;
 
 PlainGeneration::PlainGeneration(const LlamaModel& model, const std::vector<int>& prompt,
-                                 const GenerateOptions& options)
+                                 const GenerateOptions& options, TokenObserver observer)
     : model_(model),
       options_(options),
+      observer_(std::move(observer)),
       cache_(model.NewCache(prompt.size() + std::max(0, options.max_tokens))),
       rng_(options.sampling.seed) {
   finished_ = prompt.empty() || options.max_tokens <= 0;
@@ -43,6 +44,7 @@ void PlainGeneration::Sample(const at::Tensor& logits) {
   const int next = SampleToken(row.data_ptr<float>(), c.vocab_size, options_.sampling, &rng_,
                                &scratch_);
   result_.tokens.push_back(next);
+  if (observer_) observer_(next, row.data_ptr<float>(), c.vocab_size);
   if (options_.stop_at_eos && c.IsEos(next)) {
     result_.hit_eos = finished_ = true;
   } else if (static_cast<int>(result_.tokens.size()) >= options_.max_tokens ||

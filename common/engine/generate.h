@@ -2,6 +2,7 @@
 // the reference its greedy output must equal.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "common/base/sampling.h"
@@ -31,13 +32,18 @@ struct GenerateResult {
 GenerateResult GeneratePlain(const LlamaModel& model, const std::vector<int>& prompt,
                              const GenerateOptions& options);
 
+// Sees each generated token with the row of logits it was sampled from (`vocab` float32
+// values on the CPU, valid during the call), e.g. to report its log-probability.
+using TokenObserver = std::function<void(int token, const float* logits, int vocab)>;
+
 // GeneratePlain one token at a time, for callers that interleave it with other work (spec_bench
-// steps decoders in lockstep, so that they share the machine's state). `model` must outlive it.
+// steps decoders in lockstep, so that they share the machine's state) or watch each token
+// (`observer`, may be null; its time counts as the step's). `model` must outlive it.
 class PlainGeneration {
  public:
   // Runs the prompt (prefill_seconds) and samples the first token; max_tokens <= 0: finished.
   PlainGeneration(const LlamaModel& model, const std::vector<int>& prompt,
-                  const GenerateOptions& options);
+                  const GenerateOptions& options, TokenObserver observer = nullptr);
   bool finished() const { return finished_; }
   // One forward and one token, timed into decode_seconds. REQUIRES: !finished().
   void Step();
@@ -49,6 +55,7 @@ class PlainGeneration {
 
   const LlamaModel& model_;
   GenerateOptions options_;
+  TokenObserver observer_;
   KVCache cache_;
   Rng rng_;
   std::vector<float> scratch_;

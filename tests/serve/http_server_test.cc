@@ -561,7 +561,7 @@ TEST_F(HttpServerTest, BadChatRequestsGet400AndAreCounted) {
       {{{"messages", {user}}, {"response_format", {{"type", 1}}}}, "response_format"},
       {{{"messages", {user}}, {"max_completion_tokens", -1}}, "max_completion_tokens"},
       {{{"messages", {user}}, {"temperature", "hot"}}, "temperature"},
-      {{{"messages", {user}}, {"logprobs", true}}, "logprobs"},
+      {{{"messages", {user}}, {"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs"},
       {{{"messages", {user}}, {"chat_template_kwargs", {{"messages", 1}}}}, "may not set"},
   };
   for (const auto& [body, want] : cases) {

@@ -1,6 +1,6 @@
 // Drives `specloop serve` with the official `openai` npm client: one completion, one stream,
-// one bad request, and the same through the chat API (chat.completions.create). Prints one
-// JSON object for openai_client_test.cc to check.
+// one bad request, and the same through the chat API (chat.completions.create); then log-probs
+// through both APIs. Prints one JSON object for openai_client_test.cc to check.
 // Usage: node openai_client.mjs BASE_URL MODEL (NODE_PATH points at the installed client)
 import { createRequire } from 'module';
 const require = createRequire(process.env.SPECLOOP_NODE_DIR + '/');
@@ -78,6 +78,37 @@ try {
 } catch (e) {
   out.chat_bad_status = e.status;
   out.chat_bad_message = e.error?.message ?? e.message;
+}
+
+// Log-probs: completions (logprobs 3) and chat (logprobs with top_logprobs 2), whole and
+// streamed; the client's stream helper assembles the chat entries across chunks.
+const lp = await client.completions.create({
+  model, prompt, max_tokens: 8, temperature: 0, logprobs: 3,
+});
+out.lp_text = lp.choices[0].text;
+out.lp = lp.choices[0].logprobs;
+const lpStream = await client.completions.create({
+  model, prompt, max_tokens: 8, temperature: 0, logprobs: 3, stream: true,
+});
+out.lp_stream_tokens = [];
+for await (const chunk of lpStream) {
+  out.lp_stream_tokens.push(...(chunk.choices[0].logprobs?.tokens ?? []));
+}
+const chatLp = await client.chat.completions.create({
+  model, messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 2,
+});
+out.chat_lp_message = chatLp.choices[0].message.content;
+out.chat_lp_content = chatLp.choices[0].logprobs.content;
+const lpRunner = client.beta.chat.completions.stream({
+  model, messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 2,
+});
+out.chat_lp_helper_content =
+    (await lpRunner.finalChatCompletion()).choices[0].logprobs?.content ?? null;
+try {
+  await client.completions.create({ model, prompt, max_tokens: 4, logprobs: 21 });
+  out.lp_bad_status = 200;
+} catch (e) {
+  out.lp_bad_status = e.status;
 }
 
 const models = await client.models.list();

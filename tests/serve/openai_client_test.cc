@@ -116,6 +116,35 @@ TEST(OpenAiClient, CompletesAndStreamsTextAndChat) {
   EXPECT_EQ(j["chat_bad_status"], 400);
   EXPECT_NE(j["chat_bad_message"].get<std::string>().find("messages"), std::string::npos)
       << j["chat_bad_message"];
+  // Log-probs as the client reads them: the completions API's legacy lists (the tokens spell
+  // the text, 3 alternatives each, the same tokens streamed), the chat API's entries (they
+  // spell the message, 2 alternatives each, the same through the stream helper), 400 beyond 20.
+  const json& lp = j["lp"];
+  ASSERT_TRUE(lp.is_object()) << j.dump();
+  ASSERT_EQ(lp["tokens"].size(), 8u);
+  std::string spelled;
+  for (size_t i = 0; i < 8; ++i) {
+    spelled += lp["tokens"][i].get<std::string>();
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 3u);
+    // Greedy: the chosen token is the likeliest.
+    double best = -1e9;
+    for (const auto& [token, v] : lp["top_logprobs"][i].items()) best = std::max(best, v.get<double>());
+    EXPECT_DOUBLE_EQ(lp["token_logprobs"][i].get<double>(), best) << i;
+  }
+  EXPECT_EQ(spelled, j["lp_text"]);
+  EXPECT_EQ(j["lp_stream_tokens"], lp["tokens"]);
+  const json& content = j["chat_lp_content"];
+  ASSERT_EQ(content.size(), 8u);
+  std::string message;
+  for (const json& e : content) {
+    message += e["token"].get<std::string>();
+    EXPECT_EQ(e["top_logprobs"].size(), 2u);
+    EXPECT_EQ(e["top_logprobs"][0]["token"], e["token"]);  // greedy
+  }
+  EXPECT_EQ(message, j["chat_lp_message"]);
+  EXPECT_EQ(j["chat_lp_helper_content"], content);
+  EXPECT_EQ(j["lp_bad_status"], 400);
 }
 
 }  // namespace

@@ -1,0 +1,121 @@
+// An in-process serving stack for the serve tests of one model directory: HttpServer +
+// Scheduler on a free loopback port (no replay buffer), with the request defaults of the
+// model's generation_config.json as `specloop serve` resolves them; and small request helpers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "common/tokenizer/generation_config.h"
+#include "serve/http_server.h"
+
+namespace specloop {
+namespace serve_test {
+
+struct StackOptions {
+  std::string target_dir;
+  std::string draft_dir;  // empty: no draft (k must be 0)
+  int k = 0;              // SchedulerOptions::k: -1 adaptive, 0 off, N fixed
+  std::vector<int> tree_branching;
+  GenerationConfigMode generation_config = GenerationConfigMode::kAuto;
+  std::string model_name = "model";
+};
+
+class ServingStack {
+ public:
+  // Loads the models; *status says why not (the stack is then unusable: ok() false).
+  explicit ServingStack(const StackOptions& o) {
+    status_ = LlamaModel::Load(o.target_dir, {}, &target_);
+    std::unique_ptr<LlamaModel> draft;
+    if (status_.ok() && !o.draft_dir.empty()) {
+      status_ = LlamaModel::Load(o.draft_dir, {}, &draft).Annotate(o.draft_dir);
+    }
+    if (status_.ok()) status_ = Tokenizer::Load(o.target_dir, &tokenizer_);
+    GenerationConfig gc;
+    HttpServerOptions ho;
+    if (status_.ok()) status_ = GenerationConfig::FromDir(o.target_dir, &gc);
+    if (status_.ok()) {
+      status_ = ResolveGenerationDefaults(gc, o.generation_config, target_->config().eos_token_ids,
+                                          target_->config().vocab_size, &ho.generation_defaults);
+    }
+    if (!status_.ok()) return;
+    EXPECT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &metrics_).ok());
+    SchedulerOptions so;
+    so.k = o.k;
+    so.tree_branching = o.tree_branching;
+    scheduler_ = std::make_unique<Scheduler>(target_.get(), std::move(draft), tokenizer_.get(),
+                                             metrics_.get(), nullptr, so);
+    status_ = scheduler_->Start();
+    if (!status_.ok()) return;
+    ho.port = 0;
+    ho.model_name = o.model_name;
+    server_ = std::make_unique<HttpServer>(ho, scheduler_.get(), metrics_.get(), tokenizer_.get(),
+                                           &target_->config(), nullptr, nullptr);
+    status_ = server_->Bind(&port_);
+    if (status_.ok()) thread_ = std::thread([this] { (void)server_->Run(); });
+  }
+  ~ServingStack() {
+    if (thread_.joinable()) {
+      server_->Stop();
+      thread_.join();
+    }
+    if (scheduler_) scheduler_->Stop();
+  }
+  ServingStack(const ServingStack&) = delete;
+  ServingStack& operator=(const ServingStack&) = delete;
+
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+  const LlamaModel& target() const { return *target_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+
+  // POSTs `body` to `path`; the status and the body (the response, or for a stream the last
+  // chunk) in *out; a stream's chunks in *chunks.
+  int Post(const std::string& path, const nlohmann::json& body, nlohmann::json* out,
+           std::vector<nlohmann::json>* chunks = nullptr) const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120, 0);
+    auto res = c.Post(path.c_str(), body.dump(), "application/json");
+    if (!res) return 0;
+    if (!body.value("stream", false) || res->status != 200) {
+      *out = nlohmann::json::parse(res->body, nullptr, false);
+      return res->status;
+    }
+    const std::string& b = res->body;
+    for (size_t pos = 0; pos < b.size();) {
+      const size_t end = b.find("\n\n", pos);
+      if (end == std::string::npos) break;
+      const std::string data = b.substr(pos + 6, end - pos - 6);  // after "data: "
+      pos = end + 2;
+      if (data == "[DONE]") break;
+      nlohmann::json chunk = nlohmann::json::parse(data);
+      if (chunks) chunks->push_back(chunk);
+      *out = chunk;
+    }
+    return res->status;
+  }
+  nlohmann::json Get(const std::string& path) const {
+    httplib::Client c("127.0.0.1", port_);
+    auto res = c.Get(path.c_str());
+    return res ? nlohmann::json::parse(res->body, nullptr, false) : nlohmann::json();
+  }
+
+ private:
+  Status status_;
+  std::unique_ptr<LlamaModel> target_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ServingMetrics> metrics_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<HttpServer> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace serve_test
+}  // namespace specloop
