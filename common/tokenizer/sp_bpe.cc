@@ -120,6 +120,22 @@ Status SpBpe::Build(const std::vector<std::pair<std::string, int>>& tokens,
     // A pair listed again takes the later rank (tokenizers.js builds a Map of the rules).
     b.rules_[slot] = {key, static_cast<int>(rank), rules[rank].merged};
   }
+  std::vector<uint64_t> joins;
+  joins.reserve(rules.size());
+  for (const auto& [left, right] : merges) {
+    size_t end = left.size();
+    while (end > 0 && (static_cast<unsigned char>(left[end - 1]) & 0xC0) == 0x80) --end;
+    size_t i = end - 1, j = 0;
+    const uint64_t a = NextCodePoint(left, &i), c = NextCodePoint(right, &j);
+    joins.push_back(a << 32 | c);
+  }
+  b.joinable_.assign(TableSize(joins.size()), kEmpty);
+  const size_t join_mask = b.joinable_.size() - 1;
+  for (uint64_t key : joins) {
+    size_t slot = MixBits(key) & join_mask;
+    while (b.joinable_[slot] != kEmpty && b.joinable_[slot] != key) slot = (slot + 1) & join_mask;
+    b.joinable_[slot] = key;
+  }
   for (int byte = 0; byte < 256; ++byte) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", byte);
@@ -177,6 +193,16 @@ void SpBpe::Encode(const std::vector<std::string_view>& words, std::vector<int>*
   ids->erase(last, ids->end());
 }
 
+bool SpBpe::Joinable(uint32_t a, uint32_t b) const {
+  if (joinable_.empty()) return false;
+  const uint64_t key = static_cast<uint64_t>(a) << 32 | b;
+  const size_t mask = joinable_.size() - 1;
+  for (size_t slot = MixBits(key) & mask;; slot = (slot + 1) & mask) {
+    if (joinable_[slot] == kEmpty) return false;
+    if (joinable_[slot] == key) return true;
+  }
+}
+
 void SpBpe::EncodeWord(std::string_view word, std::vector<int>* ids) const {
   if (word.empty()) return;
   if (options_.ignore_merges) {
@@ -188,24 +214,27 @@ void SpBpe::EncodeWord(std::string_view word, std::vector<int>* ids) const {
   }
   std::vector<Piece> pieces;
   pieces.reserve(word.size());
+  uint32_t prev_cp = 0;
+  size_t part = 0;  // pieces[part, ...) is the part being collected
+  auto finish_part = [&](size_t end) {
+    const int n = static_cast<int>(end - part);
+    const int left = n > 64 ? MergeLong(&pieces[part], n) : MergeShort(&pieces[part], n);
+    for (int k = 0; k < left; ++k) EmitPiece(word, pieces[part + k], ids);
+    part = end;
+  };
   for (size_t i = 0; i < word.size();) {
     const uint32_t begin = static_cast<uint32_t>(i);
-    const int sym = CharSymbol(NextCodePoint(word, &i));
-    pieces.push_back({sym, begin, static_cast<uint32_t>(std::min(i, word.size()))});
+    const uint32_t cp = NextCodePoint(word, &i);
+    if (!pieces.empty() && !Joinable(prev_cp, cp)) finish_part(pieces.size());
+    pieces.push_back({CharSymbol(cp), begin, static_cast<uint32_t>(std::min(i, word.size()))});
+    prev_cp = cp;
   }
-  if (pieces.size() > 64) {
-    MergeLong(&pieces);
-  } else if (pieces.size() > 1) {
-    MergeShort(&pieces);
-  }
-  for (const Piece& p : pieces) EmitPiece(word, p, ids);
+  finish_part(pieces.size());
 }
 
-void SpBpe::MergeShort(std::vector<Piece>* pieces) const {
+int SpBpe::MergeShort(Piece* p, int n) const {
   // The rank and result of the rule for each piece and its right neighbour, compacted after
   // each merge.
-  Piece* p = pieces->data();
-  int n = static_cast<int>(pieces->size());
   int rank[64], merged[64];
   auto score = [&](int i) {
     const Rule* r = i + 1 < n ? FindRule(p[i].symbol, p[i + 1].symbol) : nullptr;
@@ -229,10 +258,10 @@ void SpBpe::MergeShort(std::vector<Piece>* pieces) const {
     if (best > 0) score(best - 1);
     score(best);
   }
-  pieces->resize(n);
+  return n;
 }
 
-void SpBpe::MergeLong(std::vector<Piece>* pieces) const {
+int SpBpe::MergeLong(Piece* p, int n) const {
   // Pieces linked in a list; a min-heap of candidate merges by (rank, position), checked against
   // the current pieces when popped (entries go stale as neighbours merge; a piece's symbol only
   // changes by merging with its right neighbour, so unchanged symbols mean a live entry).
@@ -242,8 +271,6 @@ void SpBpe::MergeLong(std::vector<Piece>* pieces) const {
       return rank != o.rank ? rank > o.rank : pos > o.pos;
     }
   };
-  std::vector<Piece>& p = *pieces;
-  const int n = static_cast<int>(p.size());
   std::vector<int> next(n), prev(n);
   for (int i = 0; i < n; ++i) {
     next[i] = i + 1 < n ? i + 1 : -1;
@@ -275,7 +302,7 @@ void SpBpe::MergeLong(std::vector<Piece>* pieces) const {
   }
   int kept = 0;
   for (int i = 0; i >= 0; i = next[i]) p[kept++] = p[i];
-  p.resize(kept);
+  return kept;
 }
 
 void SpBpe::EmitPiece(std::string_view word, const Piece& p, std::vector<int>* ids) const {

@@ -12,8 +12,10 @@
 //    token (nothing when there is none).
 // 4. With fuse_unk, each run of unknown tokens in the output of one call becomes one.
 //
-// Words of up to 64 characters merge on the stack; longer ones (a whole document when the file
-// has no pre-tokenizer, as Llama 2's) through a heap, O(n log n).
+// A word is first cut between adjacent characters (a, b) that no rule can join (no rule's left
+// part ends with a and right part starts with b: in Llama 2's vocabulary, before each "▁" after
+// another character); the parts merge independently, which gives the same strings. Parts of up
+// to 64 characters merge on the stack, longer ones through a heap, O(n log n).
 // Immutable after Build; thread-safe for concurrent const calls.
 #pragma once
 
@@ -70,9 +72,12 @@ class SpBpe {
   const Rule* FindRule(int left, int right) const;
 
   void EncodeWord(std::string_view word, std::vector<int>* ids) const;
-  // Merges `pieces` in place (they end up as the final strings, in order).
-  void MergeShort(std::vector<Piece>* pieces) const;
-  void MergeLong(std::vector<Piece>* pieces) const;
+  // Whether some rule's left part ends with `a` and its right part starts with `b`.
+  bool Joinable(uint32_t a, uint32_t b) const;
+  // Merges the `n` pieces at `p` in place; returns how many are left (the final strings, in
+  // order, at the front).
+  int MergeShort(Piece* p, int n) const;  // REQUIRES: n <= 64
+  int MergeLong(Piece* p, int n) const;
   // Appends the ids of one final string of `word`.
   void EmitPiece(std::string_view word, const Piece& p, std::vector<int>* ids) const;
 
@@ -83,6 +88,8 @@ class SpBpe {
   std::vector<std::pair<uint32_t, int>> char_slots_;  // open addressing: code point, symbol
   int ascii_symbol_[128];
   std::vector<Rule> rules_;            // open addressing by pair
+  // Open addressing over (last character of a rule's left part) << 32 | (first of its right).
+  std::vector<uint64_t> joinable_;
   int byte_ids_[256];                  // byte -> id of "<0xNN>", or -1
 };
 
