@@ -240,7 +240,7 @@ bool FinishPrompt(const CompletionLimits& limits, int64_t max_tokens, int64_t de
                                   : std::min<int64_t>(default_max, limits.defaults->max_tokens);
   }
   if (p->prompt.empty()) return Fail(error, 400, std::string(param) + " must not be empty", param);
-  const int64_t ctx = c.max_position_embeddings;
+  const int64_t ctx = c.max_model_len;
   const int64_t plen = static_cast<int64_t>(p->prompt.size());
   if (plen >= ctx) {
     return Fail(error, 400,

@@ -28,7 +28,7 @@ struct GenerateArgs {
   std::string draft, k = "auto", draft_mode = "chain", tree = "2,2,1,1";
   bool prompt_lookup = false;
   float min_confidence = 0.0f;
-  int max_tokens = 128, top_k = 0, threads = 0;
+  int max_tokens = 128, top_k = 0, threads = 0, max_model_len = 0;
   float temperature = 1.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool json = false, ignore_eos = false;
@@ -124,6 +124,7 @@ int RunGenerate(const GenerateArgs& a) {
   LoadOptions load;
   load.device = a.device;
   load.dtype = a.dtype;
+  load.max_model_len = a.max_model_len;
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<Tokenizer> tokenizer;
   Status s = LlamaModel::Load(a.model, load, &model);
@@ -170,9 +171,9 @@ int RunGenerate(const GenerateArgs& a) {
   }
   std::vector<int> prompt = tokenizer->Encode(a.prompt);
   if (c.add_bos_token) prompt.insert(prompt.begin(), c.bos_token_id);
-  if (prompt.empty() || static_cast<int>(prompt.size()) >= c.max_position_embeddings) {
+  if (prompt.empty() || static_cast<int>(prompt.size()) >= c.max_model_len) {
     std::cerr << "specloop generate: prompt of " << prompt.size()
-              << " tokens does not fit the context of " << c.max_position_embeddings << "\n";
+              << " tokens does not fit the context of " << c.max_model_len << "\n";
     return 2;
   }
 
@@ -189,6 +190,7 @@ int RunGenerate(const GenerateArgs& a) {
   if (!a.draft.empty()) {
     LoadOptions draft_load = load;
     draft_load.dtype = "auto";  // --dtype is the target's; a draft's weights stay in cache
+    draft_load.max_model_len = 0;  // its own limit: it stops drafting there
     Status ds = LlamaModel::Load(a.draft, draft_load, &draft);
     if (ds.ok()) ds = CheckDraftCompatible(c, draft->config());
     if (!ds.ok()) {
@@ -350,6 +352,10 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--dtype", a->dtype,
                   "target weights: auto (float32 on cpu), float32, float16 or bfloat16 (on cpu: "
                   "16-bit weights, float32 arithmetic; half the bytes per decode step)")
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", a->max_model_len,
+                  "context limit in positions (0: the model's own)")
+      ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
   cmd->add_option("--threads", a->threads, "compute threads (0: every core)")
       ->capture_default_str();

@@ -210,7 +210,7 @@ void HttpServer::Routes() {
                   {"object", "model"},
                   {"created", 0},
                   {"owned_by", "specloop"},
-                  {"max_model_len", limits_.config->max_position_embeddings},
+                  {"max_model_len", limits_.config->max_model_len},
                   {"draft_version", scheduler_->draft_version()},
                   {"generation_defaults", GenerationDefaultsJson(options_.generation_defaults)}};
     res.set_content(Dump({{"object", "list"}, {"data", json::array({model})}}), kJson);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include <unistd.h>
+
 #include <c10/core/InferenceMode.h>
 
 #include "common/engine/decode_step.h"
@@ -29,6 +31,12 @@ bool CutAtStopId(const std::vector<int>& stop_ids, std::vector<int>* tokens) {
   }
   return false;
 }
+
+// This machine's physical memory in bytes (0 when unknown).
+int64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
 }  // namespace
 
 Scheduler::Scheduler(const LlamaModel* target, std::unique_ptr<LlamaModel> draft,
@@ -47,13 +55,19 @@ Scheduler::Scheduler(const LlamaModel* target, std::unique_ptr<LlamaModel> draft
   }
   const int64_t per_block =
       target_->CacheBlockBytes() + (draft_ && options_.k != 0 ? draft_->CacheBlockBytes() : 0);
-  pool_blocks_ =
-      options_.kv_cache_mb > 0
-          ? static_cast<int64_t>(options_.kv_cache_mb * (1 << 20) / per_block)
-          // max_batch sequences at the context limit, with the headroom HasRoom asks for.
-          : options_.max_batch *
-                (KVBlockPool::BlocksFor(target_->config().max_position_embeddings) +
-                 KVBlockPool::BlocksFor(step_rows_) + 1);
+  if (options_.kv_cache_mb > 0) {
+    pool_blocks_ = static_cast<int64_t>(options_.kv_cache_mb * (1 << 20) / per_block);
+  } else {
+    // max_batch sequences at the context limit, with the headroom HasRoom asks for, within
+    // kDefaultKvMemoryShare of the machine's memory.
+    pool_blocks_ = options_.max_batch * (KVBlockPool::BlocksFor(target_->config().max_model_len) +
+                                         KVBlockPool::BlocksFor(step_rows_) + 1);
+    const int64_t memory = PhysicalMemoryBytes();
+    if (memory > 0) {
+      pool_blocks_ = std::min<int64_t>(
+          pool_blocks_, static_cast<int64_t>(memory * kDefaultKvMemoryShare) / per_block);
+    }
+  }
 }
 
 Scheduler::~Scheduler() { Stop(); }
@@ -61,6 +75,15 @@ Scheduler::~Scheduler() { Stop(); }
 Status Scheduler::Start() {
   if (options_.k != 0 && !draft_) return Status::InvalidArgument("speculation needs a draft");
   if (options_.max_batch < 1) return Status::InvalidArgument("max_batch must be >= 1");
+  if (options_.kv_cache_mb <= 0 &&
+      pool_blocks_ < KVBlockPool::BlocksFor(StepPositions(target_->config().max_model_len)) + 1) {
+    return Status::InvalidArgument(
+        "the default KV cache (" + std::to_string(static_cast<int>(kDefaultKvMemoryShare * 100)) +
+        "% of this machine's memory) holds " + std::to_string(kv_cache_tokens()) +
+        " positions, fewer than one sequence of max_model_len " +
+        std::to_string(target_->config().max_model_len) +
+        ": lower --max-model-len or set --kv-cache-mb");
+  }
   if (pool_blocks_ < KVBlockPool::BlocksFor(step_rows_ + 2) + 1) {
     return Status::InvalidArgument("a KV cache of " + std::to_string(options_.kv_cache_mb) +
                                    " MiB holds " + std::to_string(kv_cache_tokens()) +
@@ -214,7 +237,7 @@ void Scheduler::InstallDraft(DraftCandidate candidate) {
 }
 
 int64_t Scheduler::StepPositions(int64_t tokens) const {
-  return std::min<int64_t>(tokens + step_rows_, target_->config().max_position_embeddings);
+  return std::min<int64_t>(tokens + step_rows_, target_->config().max_model_len);
 }
 
 bool Scheduler::HasRoom(int64_t tokens) const {

@@ -47,6 +47,9 @@
 
 namespace specloop {
 
+// The share of the machine's physical memory the default KV cache may take (--kv-cache-mb 0).
+constexpr double kDefaultKvMemoryShare = 0.25;
+
 struct SchedulerOptions {
   // Most sequences decoded together. Default: 16.
   int max_batch = 16;
@@ -80,8 +83,10 @@ struct SchedulerOptions {
   // KVBlockPool::kBlockTokens-position blocks per model, as many blocks in each. A request is
   // admitted while blocks are free for it, one that could never fit is refused, and
   // decoding sequences that run out are preempted and recomputed later. 0: room for
-  // max_batch sequences at the target's context limit (no request waits for memory; the
-  // memory is reserved, and touched as blocks are first used). Default: 0.
+  // max_batch sequences at the target's context limit (max_model_len), but at most
+  // kDefaultKvMemoryShare of the machine's physical memory, which must hold one sequence at
+  // the limit (else Start() fails: lower --max-model-len or set this); the memory is
+  // reserved, and touched as blocks are first used. Default: 0.
   double kv_cache_mb = 0;
   // Prefix caching: full blocks of committed tokens stay cached (until their blocks are
   // needed, least recently used first), and a new request starts from the longest cached

@@ -53,6 +53,7 @@ struct ServeArgs {
   bool prompt_lookup = false;
   std::string draft_mode = "chain", tree = "2,2,1,1";
   double kv_cache_mb = 0;
+  int max_model_len = 0;
   bool no_prefix_caching = false;
 };
 
@@ -102,12 +103,14 @@ int RunServe(const ServeArgs& a) {
   LoadOptions load;
   load.device = a.device;
   load.dtype = a.dtype;
+  load.max_model_len = a.max_model_len;
   std::unique_ptr<LlamaModel> target, draft;
   std::unique_ptr<Tokenizer> tokenizer;
   Status s = LlamaModel::Load(a.target, load, &target);
   if (s.ok()) s = Tokenizer::Load(a.target, &tokenizer);
   LoadOptions draft_load = load;
   draft_load.dtype = "auto";  // --dtype is the target's; a draft's weights stay in cache
+  draft_load.max_model_len = 0;  // its own limit: it stops drafting there
   if (s.ok()) s = LlamaModel::Load(a.draft, draft_load, &draft).Annotate("--draft");
   if (s.ok()) s = CheckDraftCompatible(target->config(), draft->config()).Annotate("--draft");
   // The chat template: --chat-template FILE (Jinja source, with the target's special tokens),
@@ -341,9 +344,15 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--tree", a->tree,
                   "tree mode: children per node at each depth; the depth is at most --k")
       ->capture_default_str();
+  cmd->add_option("--max-model-len", a->max_model_len,
+                  "context limit in positions (0: the model's max_position_embeddings, or its "
+                  "sliding window where smaller)")
+      ->check(CLI::Range(0, 1 << 30))
+      ->capture_default_str();
   cmd->add_option("--kv-cache-mb", a->kv_cache_mb,
                   "KV cache memory of the target and the draft, MiB (0: max-batch sequences at "
-                  "the context limit); requests wait for blocks, and longer ones get a 400")
+                  "the context limit, within a quarter of this machine's memory); requests wait "
+                  "for blocks, and longer ones get a 400")
       ->check(CLI::Range(0.0, 1e7))
       ->capture_default_str();
   cmd->add_flag("--no-prefix-caching", a->no_prefix_caching,

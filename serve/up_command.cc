@@ -61,6 +61,7 @@ struct UpArgs {
   int port = 8000, trainer_metrics_port = 9091, trainer_pub_port = 0, trainer_router_port = 0;
   int threads = 0;  // each server's compute threads; 0: the cores less the trainer's one, split
   int workers = 1;
+  int max_model_len = 0;  // the servers' --max-model-len (0: the model's own)
   std::string redis;  // HOST:PORT of a Redis server to ship records through; empty: see workers
   double max_backoff_seconds = 30;
   bool no_train = false;
@@ -184,6 +185,9 @@ int RunUp(UpArgs a) {
       serve.argv.insert(serve.argv.end(), {"--generation-config", a.generation_config});
     }
     if (fleet) serve.argv.insert(serve.argv.end(), {"--worker-id", std::to_string(i)});
+    if (a.max_model_len > 0) {
+      serve.argv.insert(serve.argv.end(), {"--max-model-len", std::to_string(a.max_model_len)});
+    }
     if (!a.no_train) {
       serve.argv.insert(serve.argv.end(), {"--draft-staging", dir + "/drafts",
                                            "--trainer-endpoint", pub, "--trainer-router", router});
@@ -303,6 +307,10 @@ void AddUpCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--dtype", a->dtype,
                   "the target's weights: auto (float32 on cpu), float32, float16 or bfloat16")
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", a->max_model_len,
+                  "the servers' context limit in positions (0: the model's own)")
+      ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
   cmd->add_option("--generation-config", a->generation_config,
                   "the servers' request defaults: auto (the target's generation_config.json) "

@@ -48,7 +48,7 @@ void PlainGeneration::Sample(const at::Tensor& logits) {
   if (options_.stop_at_eos && c.IsEos(next)) {
     result_.hit_eos = finished_ = true;
   } else if (static_cast<int>(result_.tokens.size()) >= options_.max_tokens ||
-             cache_.length() >= c.max_position_embeddings) {  // no room to process `next`
+             cache_.length() >= c.max_model_len) {  // no room to process `next`
     finished_ = true;
   }
 }

@@ -10,8 +10,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include "common/engine/generate.h"
 #include "serve/scheduler.h"
+#include "tests/common/test_models.h"
 #include "tests/serve/test_util.h"
 
 namespace specloop {
@@ -185,6 +188,53 @@ TEST_F(PagedKv, ARequestThatCouldNeverFitIsRefusedAndOthersAreServed) {
   Submit(Ids(0, 300), static_cast<int>(capacity), Scheduler::SubmitResult::kTooLarge);
   auto ch = Submit(Ids(0, 300), 16);
   EXPECT_EQ(Drain(ch.get(), 16), PlainGreedy(Ids(0, 300), 16));
+}
+
+// The default KV budget (--kv-cache-mb 0) follows max_model_len and the machine's memory, not
+// max_position_embeddings alone: Llama 3's 131072 positions get max_batch sequences' room
+// only within a quarter of the memory, --max-model-len shrinks it, and a limit whose one
+// sequence does not fit is refused at start naming the flag.
+TEST(DefaultKvBudget, FollowsMaxModelLenWithinTheMachinesMemory) {
+  const std::string zoo = serve_test::Shared() + "/models/zoo/";
+  std::unique_ptr<Tokenizer> tokenizer;
+  ASSERT_TRUE(Tokenizer::Load(zoo + "llama3-target", &tokenizer).ok());
+  std::unique_ptr<ServingMetrics> metrics;
+  ASSERT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &metrics).ok());
+  auto budget = [&](int max_model_len, int64_t* tokens) {
+    LoadOptions load;
+    load.max_model_len = max_model_len;
+    std::unique_ptr<LlamaModel> target, draft;
+    Status s = LlamaModel::Load(zoo + "llama3-target", load, &target);
+    if (s.ok()) s = LlamaModel::Load(zoo + "llama3-draft", {}, &draft);
+    if (!s.ok()) return s;
+    SchedulerOptions o;  // max_batch 16, --kv-cache-mb 0
+    Scheduler scheduler(target.get(), std::move(draft), tokenizer.get(), metrics.get(), nullptr,
+                        o);
+    s = scheduler.Start();
+    *tokens = scheduler.kv_cache_tokens();
+    scheduler.Stop();
+    return s;
+  };
+  int64_t full = 0, short_context = 0;
+  ASSERT_TRUE(budget(0, &full).ok());
+  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  const int64_t per_token = 6 * 2 * 4 * 32 * 4 + 2 * 2 * 2 * 32 * 4;  // target + draft, float32
+  EXPECT_GE(full, 131072);                                     // one sequence at the limit
+  EXPECT_LE(full * per_token, memory * kDefaultKvMemoryShare);  // within the share
+  EXPECT_LT(full, 16 * 131072);  // not max_batch sequences at max_position_embeddings
+  ASSERT_TRUE(budget(2048, &short_context).ok());
+  EXPECT_GE(short_context, 16 * 2048);
+  EXPECT_LE(short_context, 16 * (2048 + 32));  // the step's rows and one block of headroom
+
+  // A context no share of this machine's memory holds one sequence of.
+  ModelConfig c = testing::TinyConfig();
+  c.max_position_embeddings = 1 << 30;
+  std::unique_ptr<LlamaModel> huge = testing::RandomModel(c, 1);
+  Scheduler scheduler(huge.get(), testing::RandomModel(c, 2), tokenizer.get(), metrics.get(),
+                      nullptr, SchedulerOptions());
+  const Status s = scheduler.Start();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("--max-model-len"), std::string::npos) << s.ToString();
 }
 
 }  // namespace

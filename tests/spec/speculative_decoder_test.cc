@@ -304,6 +304,94 @@ INSTANTIATE_TEST_SUITE_P(
                                     false, false, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// The zoo's Qwen3 pair, the real checkpoints (qwen3-target, qwen3-draft: vocabulary 4096, q/k
+// norms, 16 heads of 32 over hidden 256): the law of two sampled tokens under speculative
+// decoding equals the target's. Temperature 0.8 with top-k 5 keeps the law to 25 cells (the
+// draft samples under the same parameters, so supports differ and rejections, residual draws and
+// bonus tokens all occur at k = 2). G-test at kSignificance = 1e-3; the companion runs the
+// same draws through the q/p verifier and must be rejected.
+class ZooQwen3Exactness : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ZooQwen3Exactness, TwoTokenLawEqualsTargetLaw) {
+  c10::InferenceMode guard;
+  const bool wrong_verifier = GetParam();
+  auto target = Load("zoo/qwen3-target");
+  auto draft = Load("zoo/qwen3-draft");
+  const std::vector<int> prompt = {1, 3996, 301, 500, 282};
+  SamplingParams sp;
+  sp.temperature = 0.8f;
+  sp.top_k = 5;
+  const int V = target->config().vocab_size, trials = 6000;
+
+  // The target's law over its top-5 support: p(x1) p(x2 | x1).
+  std::vector<std::pair<int, int>> cells;
+  std::vector<double> law;
+  {
+    KVCache cache = target->NewCache();
+    at::Tensor logits = target->Forward({{&cache, {prompt.begin(), prompt.end()}, false}});
+    std::vector<float> p1, p2;
+    ProcessedDistribution(logits.data_ptr<float>(), V, sp, &p1);
+    for (int x1 = 0; x1 < V; ++x1) {
+      if (p1[x1] == 0) continue;
+      std::vector<int64_t> seq(prompt.begin(), prompt.end());
+      seq.push_back(x1);
+      KVCache c2 = target->NewCache();
+      at::Tensor l2 = target->Forward({{&c2, seq, false}});
+      ProcessedDistribution(l2.data_ptr<float>(), V, sp, &p2);
+      for (int x2 = 0; x2 < V; ++x2) {
+        if (p2[x2] == 0) continue;
+        cells.emplace_back(x1, x2);
+        law.push_back(static_cast<double>(p1[x1]) * p2[x2]);
+      }
+    }
+  }
+  ASSERT_EQ(cells.size(), 25u);
+
+  std::vector<int64_t> counts(cells.size() + 1, 0);  // the last cell: outside the support
+  law.push_back(0.0);
+  SpeculativeStats total;
+  for (int t = 0; t < trials; ++t) {
+    GenerateOptions g;
+    g.max_tokens = 2;
+    g.stop_at_eos = false;
+    g.sampling = sp;
+    g.sampling.seed = 5000 + t;
+    DraftModelProposer proposer(draft.get(), g.sampling);
+    SpeculativeDecoder dec(target.get(), &proposer, prompt, g);
+    if (wrong_verifier) dec.set_verifier_for_testing(&AcceptWithQOverP);
+    while (!dec.finished()) {
+      dec.Propose(2);
+      dec.Commit(target->Forward({dec.TargetInput()}));
+    }
+    const auto out = dec.generated();
+    ASSERT_EQ(out.size(), 2u);
+    size_t cell = cells.size();
+    for (size_t i = 0; i < cells.size(); ++i) {
+      if (cells[i] == std::make_pair(out[0], out[1])) cell = i;
+    }
+    counts[cell]++;
+    total.Add(dec.stats());
+  }
+  const auto result = GTest(counts, law);
+  std::printf("[ measured ] %s: %s, alpha %.3f\n", wrong_verifier ? "q/p verifier" : "exact",
+              result.ToString().c_str(),
+              static_cast<double>(total.accepted) / std::max<int64_t>(1, total.drafted));
+  if (wrong_verifier) {
+    EXPECT_TRUE(result.impossible || result.p_value < kSignificance) << result.ToString();
+  } else {
+    EXPECT_GE(result.p_value, kSignificance) << result.ToString();
+  }
+  // Rejections and acceptances both happened.
+  EXPECT_GT(total.drafted, trials);
+  EXPECT_GT(total.accepted, trials / 4);
+  EXPECT_LT(total.accepted, total.drafted);
+}
+
+INSTANTIATE_TEST_SUITE_P(Verifiers, ZooQwen3Exactness, ::testing::Values(false, true),
+                         [](const auto& info) {
+                           return std::string(info.param ? "WrongVerifierIsCaught" : "Exact");
+                         });
+
 // alpha* as the decoder reports it (last_optimal(), summed in stats): on chains it is the
 // verifier's own expected acceptance at each tested position, so over many steps it agrees
 // with the measured per-token acceptance (accepted / tested); on trees of two children per
