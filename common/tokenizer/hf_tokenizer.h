@@ -29,7 +29,12 @@
 // Decoding joins each id's bytes (HfDecoder: the GPT-2 byte map reversed, or "▁" -> " " and
 // "<0xNN>" -> that byte); a non-special added token decodes as its text does, a special token
 // to "" (like skip_special_tokens). The Strip or Metaspace decoder of a sentencepiece-style file
-// drops one leading space at the start of the text (Tokenizer::Decode's drop_leading_space_).
+// drops one leading space at the start of the text, which Tokenizer::Decode, decoding each id
+// after its predecessor as streaming does, reads as "at the first id or after BOS". So Decode
+// equals tokenizers.js's decode (skip_special_tokens) of the ids cut before each BOS, each part
+// decoded alone, except that a part whose first id (after its BOS) is another special token
+// keeps its first leading space: where tokenizers.js drops no space after a BOS inside the ids
+// and drops one after a special token at the start, Decode does the opposite.
 // Decode(Encode(x, false)) == Normalize(ToValidUtf8(x)) for every x without added-token text.
 //
 // Not implemented (Open returns NotSupported, naming it): other models (Unigram, WordPiece),

@@ -38,12 +38,13 @@ Status Tokenizer::Load(const std::string& dir, std::unique_ptr<Tokenizer>* out) 
 
 std::string Tokenizer::Decode(const std::vector<int>& ids, int prev) const {
   std::string text;
-  bool drop = drop_leading_space_ && (prev < 0 || prev == bos_id_);  // once, at the first text
   for (int id : ids) {
-    if (id < 0 || id >= vocab_size() || surfaces_[id].empty()) continue;
-    const std::string& s = surfaces_[id];
-    text.append(s, drop && s[0] == ' ' ? 1 : 0);
-    drop = false;
+    if (id >= 0 && id < vocab_size()) {
+      const std::string& s = surfaces_[id];
+      const bool at_start = drop_leading_space_ && (prev < 0 || prev == bos_id_);
+      text.append(s, (at_start && !s.empty() && s[0] == ' ') ? 1 : 0);
+    }
+    prev = id;
   }
   return text;
 }

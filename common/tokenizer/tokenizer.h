@@ -30,11 +30,8 @@ class Tokenizer {
 
   // The text of `ids` as the continuation of `prev` (the id before ids[0], or -1 at the start
   // of a text): the leading space of the dummy prefix is dropped at the start or after BOS,
-  // as sentencepiece and llama2.c do (not by tokenizers without a dummy prefix); once, from the
-  // first id that decodes to text (ids decoding to "" before it, special tokens, are passed
-  // over; a BOS later in `ids` does not drop another, as tokenizers.js's decoders do). Byte
-  // pieces become raw bytes, so the result may end inside a UTF-8 sequence that the next ids
-  // complete.
+  // as sentencepiece and llama2.c do (not by tokenizers without a dummy prefix). Byte pieces
+  // become raw bytes, so the result may end inside a UTF-8 sequence that the next ids complete.
   // Control ids (BOS, EOS; all special tokens of a tokenizer.json) decode to ""; ids outside
   // the vocabulary too.
   std::string Decode(const std::vector<int>& ids, int prev = -1) const;
