@@ -35,7 +35,9 @@
 // decoded alone, except that a part whose first id (after its BOS) is another special token
 // keeps its first leading space: where tokenizers.js drops no space after a BOS inside the ids
 // and drops one after a special token at the start, Decode does the opposite.
-// Decode(Encode(x, false)) == Normalize(ToValidUtf8(x)) for every x without added-token text.
+// Decode(Encode(x, false)) == Normalize(ToValidUtf8(x)) for every x without added-token text,
+// unless byte tokens are left as text (a Metaspace decoder without ByteFallback, as
+// tokenizers.js decodes it).
 //
 // Not implemented (Open returns NotSupported, naming it): other models (Unigram, WordPiece),
 // byte_fallback with a ByteLevel pre-tokenizer, normalizers, pre-tokenizers and decoders other
