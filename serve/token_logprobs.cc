@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/kernels/cpu_kernels.h"
+
 namespace specloop {
 
 void ComputeTokenLogprob(const float* logits, int vocab, const SamplingParams& sampling,
@@ -11,35 +13,39 @@ void ComputeTokenLogprob(const float* logits, int vocab, const SamplingParams& s
   out->logprob = kLogprobFloor;
   out->top.clear();
   if (vocab <= 0) return;
-  const float m = *std::max_element(logits, logits + vocab);
-  // Candidates: every id (greedy) or the kept set of the processed distribution; their
-  // log-probs are (l - m) * scale - lse.
+  // Greedy: every token, at l - logsumexp(l). Sampled: the processed distribution's kept set,
+  // at the log of its probability.
   const bool greedy = sampling.greedy();
-  const double scale = greedy ? 1.0 : 1.0 / static_cast<double>(sampling.temperature);
-  if (!greedy) ProcessedDistribution(logits, vocab, sampling, scratch);
-  const auto kept = [&](int i) { return greedy || (*scratch)[i] > 0.0f; };
-  double sum = 0.0;
-  for (int i = 0; i < vocab; ++i) {
-    if (kept(i)) sum += std::exp((static_cast<double>(logits[i]) - m) * scale);
+  double lse = 0;
+  if (greedy) {
+    float m = logits[0];
+    for (int i = 1; i < vocab; ++i) m = logits[i] > m ? logits[i] : m;
+    lse = m + std::log(SumExpBelow(logits, vocab, m));
+  } else {
+    ProcessedDistribution(logits, vocab, sampling, scratch);
   }
-  const double lse = std::log(sum);
-  const auto logprob = [&](int i) { return (static_cast<double>(logits[i]) - m) * scale - lse; };
+  const float* p = greedy ? nullptr : scratch->data();
+  const auto kept = [&](int i) { return greedy || p[i] > 0.0f; };
+  const auto logprob = [&](int i) {
+    return greedy ? static_cast<double>(logits[i]) - lse : std::log(static_cast<double>(p[i]));
+  };
   if (token >= 0 && token < vocab && kept(token)) out->logprob = logprob(token);
 
-  const int n = std::max(0, top_n);
+  // The top_n best kept tokens in one pass: larger logit first (the log-prob's order whatever
+  // T), ties toward the lower id.
+  const size_t n = static_cast<size_t>(std::max(0, top_n));
   if (n == 0) return;
-  std::vector<int> ids;
-  ids.reserve(vocab);
-  for (int i = 0; i < vocab; ++i) {
-    if (kept(i)) ids.push_back(i);
-  }
-  // Larger logit first (the same order as the log-prob, whatever T); ties toward the lower id.
-  const auto first = [logits](int a, int b) {
+  std::vector<int> best;  // sorted, best first
+  best.reserve(n + 1);
+  const auto before = [logits](int a, int b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
-  const size_t k = std::min<size_t>(n, ids.size());
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), first);
-  for (size_t i = 0; i < k; ++i) out->top.push_back({ids[i], logprob(ids[i])});
+  for (int i = 0; i < vocab; ++i) {
+    if (!kept(i) || (best.size() == n && !before(i, best.back()))) continue;
+    best.insert(std::upper_bound(best.begin(), best.end(), i, before), i);
+    if (best.size() > n) best.pop_back();
+  }
+  for (int id : best) out->top.push_back({id, logprob(id)});
 }
 
 }  // namespace specloop

@@ -28,12 +28,13 @@ constexpr double kLogprobFloor = -9999.0;
 
 // Fills *out for `token` drawn from the row `logits[0, vocab)` under `sampling`, with `top_n`
 // (>= 0) alternatives:
-//   greedy (temperature 0): log_softmax(logits), every token a candidate;
-//   sampled: the log of the processed distribution the token is drawn from
-//     (ProcessedDistribution, common/base/sampling.h: softmax(logits / T), cut by top-k then
-//     top-p, renormalized), each kept token i at (l_i - max) / T - log(sum over the kept j of
-//     exp((l_j - max) / T)) in double, so that small values keep their precision; tokens outside
+//   greedy (temperature 0): log_softmax(logits), every token a candidate (the log-sum-exp by
+//     SumExpBelow, common/kernels/cpu_kernels.h, as the sample logger's);
+//   sampled: the log of the processed distribution the token is drawn from, the very row the
+//     decoder draws from (ProcessedDistribution, common/base/sampling.h: softmax(logits / T),
+//     cut by top-k then top-p, renormalized; float, a relative error near 1e-7); tokens outside
 //     the kept set are left out of `top`.
+// Cost: one pass over the row (sampled: ProcessedDistribution's) and one for the top_n.
 // `scratch` is reused between calls (the processed row).
 void ComputeTokenLogprob(const float* logits, int vocab, const SamplingParams& sampling,
                          int token, int top_n, std::vector<float>* scratch, TokenLogprob* out);
