@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)error.ToJson().dump();  // throws (aborts here) on a message that is not UTF-8
     return 0;
   }
-  const int64_t ctx = served.config.max_position_embeddings;
+  const int64_t ctx = served.config.max_model_len;
   const int64_t plen = static_cast<int64_t>(p.prompt.size());
   FUZZ_CHECK(plen >= 1 && p.generate.max_tokens >= 0 && plen + p.generate.max_tokens <= ctx);
   FUZZ_CHECK(plen <= served.limits.max_prompt_tokens &&

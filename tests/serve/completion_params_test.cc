@@ -129,7 +129,7 @@ TEST_F(CompletionParamsTest, ChatRendersTheMessagesAndTokenizesWithOneBos) {
   ASSERT_TRUE(ParseChatCompletionRequest(R"({"messages":[{"role":"user","content":"Hi"}]})", "",
                                          l, 42, &p, &e));
   EXPECT_EQ(p.generate.max_tokens,
-            config_.max_position_embeddings - static_cast<int>(p.prompt.size()));
+            config_.max_model_len - static_cast<int>(p.prompt.size()));
   l.max_tokens_limit = 64;
   ASSERT_TRUE(ParseChatCompletionRequest(R"({"messages":[{"role":"user","content":"Hi"}]})", "",
                                          l, 42, &p, &e));

@@ -126,7 +126,7 @@ double RowByRow(const LlamaModel& model, const std::vector<Record>& records, dou
   std::vector<const Record*> ptrs;
   for (const Record& r : records) ptrs.push_back(&r);
   PositionBatch pb;
-  BuildPositionBatch(ptrs, kVocab, model.config().max_position_embeddings, Positions::kGenerated,
+  BuildPositionBatch(ptrs, kVocab, model.config().max_model_len, Positions::kGenerated,
                      &pb);
   std::vector<KVCache> caches;
   caches.reserve(pb.inputs.size());
