@@ -5,31 +5,14 @@
 #include <functional>
 #include <queue>
 
+#include "common/tokenizer/bpe_tables.h"
+
 namespace specloop {
 
-namespace {
-
-// A power of two at least twice `n` (tables stay at most half full).
-size_t TableSize(size_t n) {
-  size_t size = 16;
-  while (size < 2 * n) size *= 2;
-  return size;
-}
-
-uint64_t MixBits(uint64_t key) {
-  key ^= key >> 33;
-  key *= 0xff51afd7ed558ccdULL;
-  key ^= key >> 33;
-  return key;
-}
-
-uint64_t PairKey(int left, int right) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
-}
-
-}  // namespace
-
-constexpr uint64_t kEmpty = ~0ULL;
+using bpe::kEmpty;
+using bpe::MixBits;
+using bpe::PairKey;
+using bpe::TableSize;
 
 ByteBpe::ByteBpe(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {
   std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/tokenizer/json_int.h"
 #include "common/tokenizer/model_config.h"
 
 namespace specloop {
@@ -20,17 +21,6 @@ namespace {
 Status Bad(const std::string& path, const char* key, const std::string& what, const json& v) {
   return Status::InvalidArgument(path + ": \"" + key + "\" must be " + what + ", got " +
                                  v.dump(-1, ' ', false, json::error_handler_t::replace));
-}
-
-bool ToInt(const json& v, int* out) {
-  if (v.is_number_unsigned()) {
-    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())) return false;
-  } else if (!v.is_number_integer() || v.get<int64_t>() < std::numeric_limits<int>::min() ||
-             v.get<int64_t>() > std::numeric_limits<int>::max()) {
-    return false;
-  }
-  *out = static_cast<int>(v.get<int64_t>());
-  return true;
 }
 
 // The value of `key`, or null when absent or null.
@@ -56,7 +46,7 @@ Status ReadInt(const json& j, const char* key, const std::string& path, int lo,
   const json* v = Find(j, key);
   if (v == nullptr) return Status::OK();
   int i = 0;
-  if (!ToInt(*v, &i) || i < lo) return Bad(path, key, what, *v);
+  if (!JsonToInt(*v, &i) || i < lo) return Bad(path, key, what, *v);
   *out = i;
   return Status::OK();
 }
@@ -103,10 +93,10 @@ Status GenerationConfig::FromJson(const std::string& text, const std::string& pa
     int id = 0;
     if (v->is_array()) {
       for (const json& e : *v) {
-        if (!ToInt(e, &id) || id < 0) return Bad(path, "eos_token_id", what, *v);
+        if (!JsonToInt(e, &id) || id < 0) return Bad(path, "eos_token_id", what, *v);
         c.eos_token_ids.push_back(id);
       }
-    } else if (ToInt(*v, &id) && id >= 0) {
+    } else if (JsonToInt(*v, &id) && id >= 0) {
       c.eos_token_ids.push_back(id);
     } else {
       return Bad(path, "eos_token_id", what, *v);

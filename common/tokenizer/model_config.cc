@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/tokenizer/hf_tokenizer.h"
+#include "common/tokenizer/json_int.h"
 
 namespace specloop {
 
@@ -27,25 +28,12 @@ Status ReadFileToString(const std::string& path, std::string* out) {
 
 namespace {
 
-// A JSON integer that fits an int. nlohmann's get<int>() would convert 1e300 or 2^40 (undefined
-// behaviour, or a silently different number).
-bool ToInt(const json& v, int* out) {
-  if (v.is_number_unsigned()) {
-    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())) return false;
-  } else if (!v.is_number_integer() || v.get<int64_t>() < std::numeric_limits<int>::min() ||
-             v.get<int64_t>() > std::numeric_limits<int>::max()) {
-    return false;
-  }
-  *out = static_cast<int>(v.get<int64_t>());
-  return true;
-}
-
-bool Convert(const json& v, int* out) { return ToInt(v, out); }
+bool Convert(const json& v, int* out) { return JsonToInt(v, out); }
 bool Convert(const json& v, std::vector<int>* out) {
   if (!v.is_array()) return false;
   std::vector<int> ids(v.size());
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (!ToInt(v[i], &ids[i])) return false;
+    if (!JsonToInt(v[i], &ids[i])) return false;
   }
   *out = std::move(ids);
   return true;
