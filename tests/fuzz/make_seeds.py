@@ -119,6 +119,31 @@ def config_seeds():
     write("model_config", "wrong_type", json.dumps(dict(base, hidden_size="64")))
     write("model_config", "float_size", json.dumps(dict(base, vocab_size=1e300)))
     write("model_config", "negative_head_dim", json.dumps(dict(base, head_dim=-2)))
+    # The families' real layouts (../shared/models/zoo) and near-misses of their keys.
+    for family in ("llama3", "qwen2", "qwen3", "mistral"):
+        with open(os.path.join(SHARED, "models", "zoo", family + "-target", "config.json"), "rb") as f:
+            write("model_config", "zoo_" + family, f.read())
+    write("model_config", "llama3_bad_frequencies", json.dumps(dict(
+        base, rope_scaling={"rope_type": "llama3", "factor": 8, "low_freq_factor": 4,
+                            "high_freq_factor": 1, "original_max_position_embeddings": 0})))
+    write("model_config", "qwen2_layer_types", json.dumps(dict(
+        base, architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=True,
+        sliding_window=64, layer_types=["full_attention"] * 4 + ["sliding_attention"])))
+    write("model_config", "rope_parameters", json.dumps(dict(
+        base, rope_parameters={"rope_type": "default", "rope_theta": 500000.0})))
+
+
+# ---- generation_config.json (common/tokenizer/generation_config.h) ----
+
+def generation_config_seeds():
+    for family in ("llama3", "qwen2", "qwen3", "mistral"):
+        with open(os.path.join(SHARED, "models", "zoo", family + "-target", "generation_config.json"),
+                  "rb") as f:
+            write("generation_config", "zoo_" + family, f.read())
+    write("generation_config", "eos_list", json.dumps({"eos_token_id": [2, 7, 4095], "top_k": 0}))
+    write("generation_config", "greedy", json.dumps({"do_sample": False, "temperature": 0.7}))
+    write("generation_config", "wrong_types", json.dumps({"top_p": "most", "max_new_tokens": 1e300}))
+    write("generation_config", "penalties", json.dumps({"repetition_penalty": 1.1, "min_p": 0.05}))
 
 
 # ---- draft channel (common/channel/draft_channel.h) ----
@@ -232,6 +257,7 @@ if __name__ == "__main__":
     record_seeds()
     safetensors_seeds()
     config_seeds()
+    generation_config_seeds()
     channel_seeds()
     tokenizer_seeds()
     completion_seeds()
