@@ -102,7 +102,9 @@ const std::set<std::string>& CommonKeys() {
 
 // The keys one family adds to CommonKeys().
 std::set<std::string> FamilyKeys(const std::string& type) {
-  if (type == "llama") return {"attention_bias", "mlp_bias"};
+  // SmolLM2's nanotron exports add is_llama_config (a marker) and rope_interleaved (false: the
+  // rotate_half layout transformers always uses; true is refused below).
+  if (type == "llama") return {"attention_bias", "mlp_bias", "is_llama_config", "rope_interleaved"};
   if (type == "qwen2") {
     return {"sliding_window", "use_sliding_window", "max_window_layers", "layer_types",
             "use_mrope"};
@@ -309,6 +311,9 @@ Status ModelConfig::FromJson(const std::string& text, ModelConfig* out) {
                                   " models");
     }
   }
+  bool interleaved = false;
+  SPECLOOP_RETURN_IF_ERROR(Get(j, "rope_interleaved", &interleaved, false));
+  if (interleaved) return Status::NotSupported("config.json: rope_interleaved (GPT-J style RoPE)");
   bool mrope = false;
   SPECLOOP_RETURN_IF_ERROR(Get(j, "use_mrope", &mrope, false));
   if (mrope) return Status::NotSupported("config.json: use_mrope (multimodal RoPE)");

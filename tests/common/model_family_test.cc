@@ -403,6 +403,15 @@ TEST(ModelFamilies, MisstatedCheckpointsAreRefusedNamingTheCause) {
   c = qwen3;
   c["attention_bias"] = true;
   EXPECT_TRUE(refused(c, "attention_bias"));
+  c = llama3;
+  c["rope_interleaved"] = true;
+  EXPECT_TRUE(refused(c, "rope_interleaved"));
+  // SmolLM2's extra keys, as its config.json has them, load.
+  c = llama3;
+  c["is_llama_config"] = true;
+  c["rope_interleaved"] = false;
+  ModelConfig smol;
+  EXPECT_TRUE(ModelConfig::FromJson(c.dump(), &smol).ok());
   // Tied embeddings with a stored lm_head that differs from the embedding.
   c = llama3;
   c["tie_word_embeddings"] = true;
