@@ -64,7 +64,8 @@ void EmbeddingRow(const at::Tensor& table, WeightType type, int64_t id, float* o
 
 }  // namespace
 
-at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const {
+at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch,
+                                  const std::vector<int>& layers, at::Tensor* hidden) const {
   const auto& c = config_;
   const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim;
   const int64_t G = H / KVH, F = c.intermediate_size, Dm = c.hidden_size, half = D / 2;
@@ -96,7 +97,17 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
     max_seen = std::max(max_seen, f.past[s] + f.lengths[s]);
   }
 
+  // The residual stream entering the asked layers, at the returned rows, side by side.
+  const int64_t R = f.out_rows.size(), C = static_cast<int64_t>(layers.size());
+  if (hidden != nullptr) *hidden = at::empty({R, C * Dm}, at::kFloat);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (int64_t i = 0; i < C; ++i) {
+      if (layers[i] != l) continue;
+      float* out = hidden->data_ptr<float>() + i * Dm;
+      for (int64_t r = 0; r < R; ++r) {
+        std::memcpy(out + r * C * Dm, xp + f.out_rows[r] * Dm, Dm * sizeof(float));
+      }
+    }
     const Layer& L = layers_[l];
     RmsNormRows(xp, L.attn_norm.data_ptr<float>(), hp, N, Dm, c.rms_norm_eps);
     Linear(hp, N, L.qkv_packed, qkv.data(), false);
@@ -206,7 +217,6 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch) const 
     batch[s].cache->length_ = f.past[s] + f.lengths[s];
   }
 
-  const int64_t R = f.out_rows.size();
   std::vector<float> last(R * Dm);
   for (int64_t r = 0; r < R; ++r) {
     RmsNormRows(xp + f.out_rows[r] * Dm, final_norm_.data_ptr<float>(), last.data() + r * Dm, 1,

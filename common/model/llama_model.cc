@@ -253,13 +253,23 @@ std::pair<at::Tensor, at::Tensor> LlamaModel::RopeTables(const at::Tensor& posit
 }
 
 at::Tensor LlamaModel::Forward(const std::vector<ForwardInput>& batch) const {
+  return Forward(batch, {}, nullptr);
+}
+
+at::Tensor LlamaModel::Forward(const std::vector<ForwardInput>& batch,
+                               const std::vector<int>& layers, at::Tensor* hidden) const {
+  for (const int l : layers) {
+    TORCH_CHECK(l >= 0 && l < config_.num_hidden_layers, "hidden states of layer ", l,
+                " asked of a model of ", config_.num_hidden_layers, " layers");
+  }
+  TORCH_CHECK(layers.empty() || hidden != nullptr, "hidden states asked without an output");
   if (packed_ && !c10::GradMode::is_enabled() && !batch.empty() &&
       (use_small_cpu_path_ || dtype() != at::kFloat)) {
-    return ForwardCpu(batch);
+    return ForwardCpu(batch, layers, hidden);
   }
   TORCH_CHECK(!device().is_cpu() || dtype() == at::kFloat,
               "a model with 16-bit weights on the CPU serves inference only (no autograd)");
-  return ForwardAten(batch);
+  return ForwardAten(batch, layers, hidden);
 }
 
 LlamaModel::FlatBatch LlamaModel::Flatten(const std::vector<ForwardInput>& batch) const {
@@ -313,7 +323,8 @@ LlamaModel::FlatBatch LlamaModel::Flatten(const std::vector<ForwardInput>& batch
   return f;
 }
 
-at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const {
+at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch,
+                                   const std::vector<int>& layers, at::Tensor* hidden) const {
   const auto& c = config_;
   const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim;
   const int64_t G = H / KVH, F = c.intermediate_size;
@@ -353,7 +364,11 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const
   }
 
   at::Tensor x = embed_.index_select(0, tok);  // [N, hidden]
+  std::vector<at::Tensor> captured(layers.size());  // [N, hidden] each: the layers' inputs
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (layers[i] == l) captured[i] = x;
+    }
     const Layer& L = layers_[l];
     at::Tensor qkv = at::linear(RmsNorm(x, L.attn_norm), L.wqkv, L.bqkv);  // [N, (H + 2 KVH) D]
     at::Tensor qk = qkv.narrow(1, 0, (H + KVH) * D).view({N, H + KVH, D});
@@ -421,8 +436,15 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch) const
   bool every_row = static_cast<int64_t>(out_rows.size()) == N;
   for (int64_t i = 0; every_row && i < N; ++i) every_row = out_rows[i] == i;
   if (!every_row) {
-    x = x.index_select(0, at::from_blob(out_rows.data(), {(int64_t)out_rows.size()}, long_opts)
-                              .to(device(), false, true));
+    const at::Tensor rows =
+        at::from_blob(out_rows.data(), {(int64_t)out_rows.size()}, long_opts)
+            .to(device(), false, true);
+    x = x.index_select(0, rows);
+    for (at::Tensor& h : captured) h = h.index_select(0, rows);
+  }
+  if (hidden != nullptr) {
+    *hidden = layers.empty() ? at::empty({x.size(0), 0}, x.options().dtype(at::kFloat))
+                             : at::cat(captured, 1).to(at::kFloat);
   }
   return at::linear(RmsNorm(x, final_norm_), lm_head_).to(at::kFloat);
 }

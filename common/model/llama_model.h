@@ -99,6 +99,13 @@ class LlamaModel {
   // holds (e.g. a prompt run under at::NoGradGuard, not InferenceMode) is a constant: no
   // gradient reaches the forward that computed it.
   at::Tensor Forward(const std::vector<ForwardInput>& batch) const;
+  // The same forward, also returning in *hidden the residual stream entering each layer of
+  // `layers` (Hugging Face's hidden_states[k]; layer 0's is the embedding) at the rows whose
+  // logits are returned: float32 [rows, layers.size() * hidden_size] on the model's device,
+  // the layers side by side in the order given (the features EAGLE-3 draft heads read, at no
+  // extra target work). REQUIRES: 0 <= layers[i] < num_hidden_layers.
+  at::Tensor Forward(const std::vector<ForwardInput>& batch, const std::vector<int>& layers,
+                     at::Tensor* hidden) const;
 
   // The weights under their Hugging Face names (fused projections split again), in load order;
   // the lm_head is left out when embeddings are tied. For saving checkpoints.
@@ -139,12 +146,14 @@ class LlamaModel {
   // ForwardAten: [N, 1, 2, head_dim / 2] each, cos twice, then (-sin, sin).
   std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& positions) const;
   // Forward() over LibTorch operators: any device, any block size, autograd.
-  at::Tensor ForwardAten(const std::vector<ForwardInput>& batch) const;
+  at::Tensor ForwardAten(const std::vector<ForwardInput>& batch, const std::vector<int>& layers,
+                         at::Tensor* hidden) const;
   // Forward() for CPU inference (no autograd), any block size, from the packed matrices in
   // float32, float16 or bfloat16 with float32 activations and accumulation
   // (llama_forward_cpu.cc). Same results as ForwardAten to float rounding; a row's logits do
   // not depend on the rest of the batch.
-  at::Tensor ForwardCpu(const std::vector<ForwardInput>& batch) const;
+  at::Tensor ForwardCpu(const std::vector<ForwardInput>& batch, const std::vector<int>& layers,
+                        at::Tensor* hidden) const;
   // The kernels' name for a weight tensor's dtype (float32 unless float16 or bfloat16).
   static WeightType WeightTypeOf(const at::Tensor& t);
 

@@ -133,6 +133,72 @@ TEST(ModelFamilies, AtenForwardAgreesWithTheCpuKernels) {
   }
 }
 
+// The residual stream entering chosen layers (what EAGLE-3 heads read), on both forwards:
+// the logits are those of a plain forward; layer 0's is the embedding; layer k's, through the
+// final norm and lm_head, gives the logits of the model cut to its first k layers; only the
+// returned rows come back; the ATen forward agrees with the CPU kernels.
+TEST(ModelFamilies, ForwardReturnsTheHiddenStatesEnteringChosenLayers) {
+  c10::InferenceMode guard;
+  auto model = LoadZoo("qwen3-target");
+  const ModelConfig& c = model->config();
+  const auto prompt = GoldenPrompts("qwen3-target")[0];
+  const std::vector<int64_t> ids(prompt.begin(), prompt.begin() + 40);
+  const std::vector<int> layers = {4, 0, 2};
+  auto run = [&](bool cpu_kernels, ForwardInput in, at::Tensor* hidden) {
+    model->set_use_small_cpu_path(cpu_kernels);
+    KVCache cache = model->NewCache();
+    in.cache = &cache;
+    return model->Forward({in}, layers, hidden);
+  };
+  ForwardInput all{nullptr, ids, true};
+  at::Tensor hidden, aten_hidden;
+  const at::Tensor logits = run(true, all, &hidden);
+  const at::Tensor aten_logits = run(false, all, &aten_hidden);
+  model->set_use_small_cpu_path(true);
+  KVCache plain_cache = model->NewCache();
+  EXPECT_TRUE(at::equal(logits, model->Forward({{&plain_cache, ids, true}})));
+  const int64_t Dm = c.hidden_size;
+  ASSERT_EQ(hidden.sizes(), at::IntArrayRef({40, 3 * Dm}));
+  EXPECT_LT((hidden - aten_hidden).abs().max().item<double>(),
+            1e-4 * std::max(1.0, hidden.abs().max().item<double>()));
+  EXPECT_LT((logits - aten_logits).abs().max().item<double>(), 1e-3);
+
+  TensorMap w;
+  ASSERT_TRUE(ReadModelWeights(Zoo("qwen3-target"), &w).ok());
+  const at::Tensor tok = at::tensor(ids, at::kLong);
+  EXPECT_TRUE(at::allclose(hidden.narrow(1, Dm, Dm),
+                           w["model.embed_tokens.weight"].to(at::kFloat).index_select(0, tok)));
+  for (int k : {2, 4}) {  // the model cut to k layers: its logits from the captured stream
+    ModelConfig cut = c;
+    cut.num_hidden_layers = k;
+    TensorMap wk;
+    for (const auto& [name, t] : w) {
+      const std::string p = "model.layers.";
+      if (name.rfind(p, 0) == 0 && std::stoi(name.substr(p.size())) >= k) continue;
+      wk[name] = t;
+    }
+    std::unique_ptr<LlamaModel> m;
+    ASSERT_TRUE(LlamaModel::FromTensors(cut, wk, LoadOptions(), &m).ok());
+    KVCache cache = m->NewCache();
+    const at::Tensor want = m->Forward({{&cache, ids, true}});
+    const at::Tensor h = hidden.narrow(1, k == 4 ? 0 : 2 * Dm, Dm);
+    const at::Tensor norm = wk["model.norm.weight"].to(at::kFloat);
+    const at::Tensor got =
+        at::linear(h * at::rsqrt(h.square().mean(-1, true) + c.rms_norm_eps) * norm,
+                   wk["lm_head.weight"].to(at::kFloat));
+    EXPECT_LT((got - want).abs().max().item<double>(), 1e-3) << "layer " << k;
+  }
+  // Only the returned rows: logit_rows 3 and 39.
+  ForwardInput some{nullptr, ids, false};
+  some.logit_rows = {3, 39};
+  at::Tensor rows_hidden;
+  run(true, some, &rows_hidden);
+  ASSERT_EQ(rows_hidden.size(0), 2);
+  EXPECT_TRUE(at::equal(rows_hidden[0], hidden[3]));
+  EXPECT_TRUE(at::equal(rows_hidden[1], hidden[39]));
+  EXPECT_THROW(run(true, all, nullptr), c10::Error);  // layers without an output
+}
+
 TEST(ModelFamilies, GreedySpeculativeEqualsGreedyPlainForEachPairAndAcrossFamilies) {
   c10::InferenceMode guard;
   GenerateOptions g;
