@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/tokenizer/hf_tokenizer.h"
+#include "serve/text_stream.h"
 #include "tests/common/npm_tokenizers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -263,6 +264,28 @@ class HfTokenizerGolden : public ::testing::Test {
   static inline int npm_status_ = -1;
   static inline std::string npm_log_;
 };
+
+// Streams `ids` through the serving TextStream one id at a time (no BOS before them): no piece
+// it releases, nor its tail, carries broken UTF-8, and all of them together are Decode(ids) made
+// valid. Returns how many ids do not decode alone (after their predecessor) to valid UTF-8:
+// the ids whose characters a stream must hold back.
+inline size_t StreamBrokenTokens(const Tokenizer& tok, const std::vector<int>& ids) {
+  TextStream ts(&tok, -1, {});
+  std::string all;
+  size_t broken_tokens = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string d = tok.Decode({ids[i]}, i > 0 ? ids[i - 1] : -1);
+    if (ToValidUtf8(d) != d) ++broken_tokens;
+    const std::string piece = ts.Push({ids[i]});
+    EXPECT_EQ(ToValidUtf8(piece), piece) << "broken UTF-8 released";
+    all += piece;
+  }
+  const std::string tail = ts.Finish();
+  EXPECT_EQ(ToValidUtf8(tail), tail);
+  all += tail;
+  EXPECT_EQ(all, ToValidUtf8(tok.Decode(ids)));
+  return broken_tokens;
+}
 
 }  // namespace testing
 }  // namespace specloop
