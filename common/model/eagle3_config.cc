@@ -1,5 +1,6 @@
 #include "common/model/eagle3_config.h"
 
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -31,15 +32,14 @@ Status OptionalInt(const json& j, const char* key, int* out, bool* present) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return Status::OK();
   if (!JsonToInt(*it, out)) {
-    return Status::InvalidArgument(std::string("config.json: \"") + key +
-                                   "\" is not an integer");
+    return Status::InvalidArgument(std::string("config.json: \"") + key + "\" is not an integer");
   }
   *present = true;
   return Status::OK();
 }
 
-// `name`'s list of aux layer ids: kAuxLayers distinct ints, ascending, each >= `min`.
-Status ParseIds(const json& v, const std::string& name, int min, std::vector<int>* out) {
+// `name`'s list of aux layer ids: kAuxLayers distinct ints, ascending, each in [min, max].
+Status ParseIds(const json& v, const std::string& name, int min, int max, std::vector<int>* out) {
   if (!v.is_array()) return Status::InvalidArgument("config.json: " + name + " is not a list");
   if (v.size() != kAuxLayers) {
     return Status::NotSupported("config.json: " + name + " lists " + std::to_string(v.size()) +
@@ -53,13 +53,18 @@ Status ParseIds(const json& v, const std::string& name, int min, std::vector<int
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0) {
-      return Status::InvalidArgument("config.json: " + name + ": layer " +
-                                     std::to_string(ids[i]) + " is negative");
+      return Status::InvalidArgument("config.json: " + name + ": layer " + std::to_string(ids[i]) +
+                                     " is negative");
     }
     if (ids[i] < min) {  // min is 1 only in vLLM's form
       return Status::InvalidArgument(
-          "config.json: " + name + ": layer 0 would be the embedding, which vLLM's Llama "
+          "config.json: " + name +
+          ": layer 0 would be the embedding, which vLLM's Llama "
           "forward does not capture (ids count the layers whose inputs are the features)");
+    }
+    if (ids[i] > max) {  // SGLang's form is shifted by one into an int
+      return Status::InvalidArgument("config.json: " + name + ": layer " + std::to_string(ids[i]) +
+                                     " is out of range");
     }
     for (size_t k = 0; k < i; ++k) {
       if (ids[k] == ids[i]) {
@@ -87,7 +92,8 @@ Status ParseAuxLayers(const json& j, std::vector<int>* aux) {
   std::vector<int> top, nested;
   bool has_top = false, has_nested = false;
   if (auto it = j.find("eagle_aux_hidden_state_layer_ids"); it != j.end() && !it->is_null()) {
-    SPECLOOP_RETURN_IF_ERROR(ParseIds(*it, "eagle_aux_hidden_state_layer_ids", 1, &top));
+    SPECLOOP_RETURN_IF_ERROR(ParseIds(*it, "eagle_aux_hidden_state_layer_ids", 1,
+                                      std::numeric_limits<int>::max(), &top));
     has_top = true;
   }
   if (auto it = j.find("eagle_config"); it != j.end() && !it->is_null()) {
@@ -97,8 +103,9 @@ Status ParseAuxLayers(const json& j, std::vector<int>* aux) {
     for (const auto& item : it->items()) {
       if (item.key() == "eagle_aux_hidden_state_layer_ids") {
         if (item.value().is_null()) continue;
-        SPECLOOP_RETURN_IF_ERROR(ParseIds(
-            item.value(), "eagle_config.eagle_aux_hidden_state_layer_ids", 0, &nested));
+        SPECLOOP_RETURN_IF_ERROR(ParseIds(item.value(),
+                                          "eagle_config.eagle_aux_hidden_state_layer_ids", 0,
+                                          std::numeric_limits<int>::max() - 1, &nested));
         for (int& id : nested) ++id;  // output of layer k = input of layer k + 1
         has_nested = true;
       } else if (item.key() == "use_aux_hidden_state") {
@@ -120,10 +127,10 @@ Status ParseAuxLayers(const json& j, std::vector<int>* aux) {
   if (has_top && has_nested && top != nested) {
     std::vector<int> nested_sglang = nested;
     for (int& id : nested_sglang) --id;
-    return Status::InvalidArgument(
-        "config.json: eagle_aux_hidden_state_layer_ids " + IdList(top) +
-        " (vLLM: inputs of those layers) and eagle_config's " + IdList(nested_sglang) +
-        " (SGLang: outputs of those layers) name different layers");
+    return Status::InvalidArgument("config.json: eagle_aux_hidden_state_layer_ids " + IdList(top) +
+                                   " (vLLM: inputs of those layers) and eagle_config's " +
+                                   IdList(nested_sglang) +
+                                   " (SGLang: outputs of those layers) name different layers");
   }
   *aux = has_top ? top : nested;
   return Status::OK();
@@ -137,8 +144,8 @@ Status Eagle3Config::FromJson(const std::string& json_text, Eagle3Config* out) {
   if (!IsEagle3Architecture(j)) {
     auto it = j.find("architectures");
     return Status::NotSupported(
-        std::string("config.json: an EAGLE-3 head's architectures must be [\"") +
-        kArchitecture + "\"] (or [\"" + kVllmArchitecture + "\"]), not " +
+        std::string("config.json: an EAGLE-3 head's architectures must be [\"") + kArchitecture +
+        "\"] (or [\"" + kVllmArchitecture + "\"]), not " +
         (it == j.end() ? std::string("absent") : it->dump()));
   }
   if (auto it = j.find("model_type"); it != j.end() && !it->is_null() && *it != "llama") {
@@ -148,10 +155,10 @@ Status Eagle3Config::FromJson(const std::string& json_text, Eagle3Config* out) {
 
   Eagle3Config c;
   bool has_draft_vocab = false, has_target_hidden = false;
-  SPECLOOP_RETURN_IF_ERROR(OptionalInt(j, "draft_vocab_size", &c.draft_vocab_size,
-                                       &has_draft_vocab));
-  SPECLOOP_RETURN_IF_ERROR(OptionalInt(j, "target_hidden_size", &c.target_hidden_size,
-                                       &has_target_hidden));
+  SPECLOOP_RETURN_IF_ERROR(
+      OptionalInt(j, "draft_vocab_size", &c.draft_vocab_size, &has_draft_vocab));
+  SPECLOOP_RETURN_IF_ERROR(
+      OptionalInt(j, "target_hidden_size", &c.target_hidden_size, &has_target_hidden));
   if (auto it = j.find("norm_before_residual"); it != j.end() && !it->is_null()) {
     if (!it->is_boolean()) {
       return Status::InvalidArgument("config.json: \"norm_before_residual\" is not a boolean");

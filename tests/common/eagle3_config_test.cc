@@ -155,11 +155,11 @@ TEST(Eagle3ConfigTest, PublishedTensorLayoutIsTheOneItsConfigImplies) {
   const Eagle3Config c = Parse(Layout()["config"].dump());
   std::map<std::string, std::pair<std::vector<int64_t>, std::string>> published;
   for (const ordered_json& t : Layout()["tensors"]) {
-    const bool fresh =
-        published
-            .emplace(t["name"].get<std::string>(),
-                     std::make_pair(t["shape"].get<std::vector<int64_t>>(), t["dtype"].get<std::string>()))
-            .second;
+    const bool fresh = published
+                           .emplace(t["name"].get<std::string>(),
+                                    std::make_pair(t["shape"].get<std::vector<int64_t>>(),
+                                                   t["dtype"].get<std::string>()))
+                           .second;
     EXPECT_TRUE(fresh) << t["name"] << " listed twice";
   }
   EXPECT_EQ(published, HeadTensors(c));
@@ -221,8 +221,8 @@ TEST(Eagle3ConfigTest, ToJsonRoundTripsAndWritesBothServersForms) {
   EXPECT_EQ(j["eagle_config"]["use_aux_hidden_state"], true);
 
   // The published configs round-trip too, and a head without aux ids writes none.
-  for (const ordered_json& o : {Layout()["config"], Other("Kimi-K2-Instruct-eagle3"),
-                                Other("eagle3_for_MiniCPM4")}) {
+  for (const ordered_json& o :
+       {Layout()["config"], Other("Kimi-K2-Instruct-eagle3"), Other("eagle3_for_MiniCPM4")}) {
     const Eagle3Config p = Parse(o.dump());
     ExpectSame(Parse(p.ToJson()), p);
   }
@@ -234,9 +234,10 @@ TEST(Eagle3ConfigTest, ToJsonRoundTripsAndWritesBothServersForms) {
 TEST(Eagle3ConfigTest, ReadsEitherFormAndBothWhenTheyAgree) {
   EXPECT_EQ(Parse(Llama31With({{"eagle_aux_hidden_state_layer_ids", {2, 16, 29}}})).aux_layers,
             std::vector<int>({2, 16, 29}));
-  EXPECT_EQ(Parse(Llama31With({{"eagle_config", {{"eagle_aux_hidden_state_layer_ids", {1, 15, 28}}}}}))
-                .aux_layers,
-            std::vector<int>({2, 16, 29}));
+  EXPECT_EQ(
+      Parse(Llama31With({{"eagle_config", {{"eagle_aux_hidden_state_layer_ids", {1, 15, 28}}}}}))
+          .aux_layers,
+      std::vector<int>({2, 16, 29}));
   EXPECT_EQ(Parse(Llama31With({{"eagle_aux_hidden_state_layer_ids", {2, 16, 29}},
                                {"eagle_config",
                                 {{"eagle_aux_hidden_state_layer_ids", {1, 15, 28}},
@@ -244,9 +245,10 @@ TEST(Eagle3ConfigTest, ReadsEitherFormAndBothWhenTheyAgree) {
                 .aux_layers,
             std::vector<int>({2, 16, 29}));
   // An SGLang id 0 is the output of layer 0: the input of layer 1.
-  EXPECT_EQ(Parse(Llama31With({{"eagle_config", {{"eagle_aux_hidden_state_layer_ids", {0, 2, 4}}}}}))
-                .aux_layers,
-            std::vector<int>({1, 3, 5}));
+  EXPECT_EQ(
+      Parse(Llama31With({{"eagle_config", {{"eagle_aux_hidden_state_layer_ids", {0, 2, 4}}}}}))
+          .aux_layers,
+      std::vector<int>({1, 3, 5}));
 }
 
 TEST(Eagle3ConfigTest, AcceptsVllmsArchitectureSpellingAndNullDefaults) {
@@ -284,17 +286,22 @@ TEST(Eagle3ConfigTest, EachRefusalNamesItsCause) {
                 C::kInvalidArgument, "layer 16 twice");
   ExpectRefused(Llama31With({{"eagle_aux_hidden_state_layer_ids", {-1, 16, 29}}}),
                 C::kInvalidArgument, "layer -1 is negative");
-  ExpectRefused(Llama31With({{"eagle_config", {{"eagle_aux_hidden_state_layer_ids", {-1, 15, 28}}}}}),
-                C::kInvalidArgument, "layer -1 is negative");
+  ExpectRefused(
+      Llama31With({{"eagle_config", {{"eagle_aux_hidden_state_layer_ids", {-1, 15, 28}}}}}),
+      C::kInvalidArgument, "layer -1 is negative");
+  ExpectRefused(
+      Llama31With({{"eagle_config", {{"eagle_aux_hidden_state_layer_ids", {1, 2, 2147483647}}}}}),
+      C::kInvalidArgument, "layer 2147483647 is out of range");  // + 1 would overflow
   ExpectRefused(Llama31With({{"eagle_aux_hidden_state_layer_ids", {0, 16, 29}}}),
                 C::kInvalidArgument, "layer 0 would be the embedding");
   ExpectRefused(Llama31With({{"eagle_aux_hidden_state_layer_ids", {29, 2, 16}}}),
                 C::kInvalidArgument, "ascending");
   ExpectRefused(Llama31With({{"eagle_aux_hidden_state_layer_ids", {2, "16", 29}}}),
                 C::kInvalidArgument, "non-integer");
-  ExpectRefused(Llama31With({{"eagle_aux_hidden_state_layer_ids", {2, 16, 29}},
-                             {"eagle_config", {{"eagle_aux_hidden_state_layer_ids", {2, 16, 29}}}}}),
-                C::kInvalidArgument, "name different layers");
+  ExpectRefused(
+      Llama31With({{"eagle_aux_hidden_state_layer_ids", {2, 16, 29}},
+                   {"eagle_config", {{"eagle_aux_hidden_state_layer_ids", {2, 16, 29}}}}}),
+      C::kInvalidArgument, "name different layers");
   ExpectRefused(Llama31With({{"eagle_config", {{"use_aux_hidden_state", false}}}}),
                 C::kNotSupported, "use_aux_hidden_state false");
   ExpectRefused(Llama31With({{"eagle_config", {{"num_aux", 3}}}}), C::kNotSupported,
@@ -331,9 +338,7 @@ TEST(Eagle3ConfigTest, DefaultAuxLayers) {
   }
 }
 
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 TEST(Eagle3ConfigTest, IsEagle3DirAndFromDir) {
   testing::TempDir tmp;

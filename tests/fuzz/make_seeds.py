@@ -133,6 +133,37 @@ def config_seeds():
         base, rope_parameters={"rope_type": "default", "rope_theta": 500000.0})))
 
 
+# ---- an EAGLE-3 head's config.json (common/model/eagle3_config.h) ----
+
+def eagle3_config_seeds():
+    with open(os.path.join(HERE, "..", "common", "data", "eagle3_published_layout.json")) as f:
+        layout = json.load(f)
+    head = layout["config"]  # yuhuili/EAGLE3-LLaMA3.1-Instruct-8B's
+    write("eagle3_config", "llama31_8b", json.dumps(head, indent=2))
+    for other in layout["others"]:
+        write("eagle3_config", other["name"], json.dumps(other["config"], indent=2))
+    small = dict(head, vocab_size=512, draft_vocab_size=64, hidden_size=64, intermediate_size=172,
+                 num_attention_heads=8, num_key_value_heads=4)
+    write("eagle3_config", "both_forms", json.dumps(dict(
+        small, eagle_aux_hidden_state_layer_ids=[1, 3, 5],
+        eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 2, 4], "use_aux_hidden_state": True})))
+    write("eagle3_config", "forms_disagree", json.dumps(dict(
+        small, eagle_aux_hidden_state_layer_ids=[1, 3, 5],
+        eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 5]})))
+    write("eagle3_config", "aux_unsorted", json.dumps(dict(small, eagle_aux_hidden_state_layer_ids=[5, 1, 3])))
+    write("eagle3_config", "aux_huge", json.dumps(dict(
+        small, eagle_config={"eagle_aux_hidden_state_layer_ids": [2147483647, -2147483648, 1e300]})))
+    write("eagle3_config", "llama3_rope", json.dumps(dict(small, architectures=["Eagle3LlamaForCausalLM"],
+        rope_theta=500000.0, norm_before_residual=True, rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192})))
+    write("eagle3_config", "aux_int_max", json.dumps(dict(
+        small, eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 2147483647]})))
+    write("eagle3_config", "draft_vocab_too_big", json.dumps(dict(small, draft_vocab_size=513)))
+    write("eagle3_config", "narrow_head", json.dumps(dict(small, target_hidden_size=128)))
+    write("eagle3_config", "two_layers", json.dumps(dict(small, num_hidden_layers=2)))
+
+
 # ---- generation_config.json (common/tokenizer/generation_config.h) ----
 
 def generation_config_seeds():
@@ -257,6 +288,7 @@ if __name__ == "__main__":
     record_seeds()
     safetensors_seeds()
     config_seeds()
+    eagle3_config_seeds()
     generation_config_seeds()
     channel_seeds()
     tokenizer_seeds()
