@@ -26,5 +26,7 @@ void AddProxyCommand(CLI::App& app, int* exit_code);
 void AddTokenizeCommand(CLI::App& app, int* exit_code);
 // `specloop keygen DIR`: the trainer's CURVE key pair (serve/keygen_command.cc).
 void AddKeygenCommand(CLI::App& app, int* exit_code);
+// `specloop draft init|export|import`: EAGLE-3 feature drafts (serve/draft_command.cc).
+void AddDraftCommand(CLI::App& app, int* exit_code);
 
 }  // namespace specloop

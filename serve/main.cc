@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   specloop::AddProxyCommand(app, &exit_code);
   specloop::AddTokenizeCommand(app, &exit_code);
   specloop::AddKeygenCommand(app, &exit_code);
+  specloop::AddDraftCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
