@@ -116,7 +116,18 @@ uint64_t CheckpointStore::Latest() const {
   return HighestVersion();
 }
 
+Status WriteModelFiles(const LlamaModel& model, const std::string& dir) {
+  SPECLOOP_RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", model.NamedWeights(),
+                                            {{"format", "pt"}}));
+  return WriteFileAtomic(dir + "/config.json", model.config().ToJson());
+}
+
 Status CheckpointStore::Save(const LlamaModel& model, CheckpointMeta* meta) {
+  return Save([&](const std::string& dir) { return WriteModelFiles(model, dir); }, meta);
+}
+
+Status CheckpointStore::Save(const std::function<Status(const std::string& dir)>& write_files,
+                             CheckpointMeta* meta) {
   const uint64_t version = std::max(HighestVersion(), Latest()) + 1;
   if (version > kMaxDraftVersion) {
     return Status::InvalidArgument("checkpoint versions exhausted in " + root_);
@@ -127,9 +138,7 @@ Status CheckpointStore::Save(const LlamaModel& model, CheckpointMeta* meta) {
   std::error_code ec;
   fs::create_directories(tmp, ec);
   if (ec) return Status::IOError("cannot create " + tmp + ": " + ec.message());
-  SPECLOOP_RETURN_IF_ERROR(WriteSafetensors(tmp + "/model.safetensors", model.NamedWeights(),
-                                            {{"format", "pt"}}));
-  SPECLOOP_RETURN_IF_ERROR(WriteFileAtomic(tmp + "/config.json", model.config().ToJson()));
+  SPECLOOP_RETURN_IF_ERROR(write_files(tmp));
   CheckpointMeta m = *meta;
   m.version = version;
   m.created = NowIso8601();

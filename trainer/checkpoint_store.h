@@ -1,7 +1,8 @@
 // CheckpointStore: the trainer's versioned checkpoints (DESIGN.md section 6).
 //
-//   ROOT/vNNNNNN/model.safetensors   the draft's weights (Hugging Face names)
-//   ROOT/vNNNNNN/config.json         its ModelConfig
+//   ROOT/vNNNNNN/model.safetensors   the draft's weights (Hugging Face names; an EAGLE-3
+//                                    head's under LlamaForCausalLMEagle3's)
+//   ROOT/vNNNNNN/config.json         its ModelConfig (a head's Eagle3Config)
 //   ROOT/vNNNNNN/meta.json           CheckpointMeta as JSON
 //   ROOT/latest                      one line: the latest version's directory name
 //
@@ -14,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -50,8 +52,12 @@ class CheckpointStore {
   uint64_t Latest() const;
   std::string Dir(uint64_t version) const;
 
-  // Writes `model` as a new version with `meta` (version, sha256 and created are filled in and
-  // returned in *meta), points `latest` at it and prunes old versions.
+  // Writes a new version with `meta` (version, sha256 and created are filled in and returned
+  // in *meta), points `latest` at it and prunes old versions. `write_files(dir)` writes the
+  // draft's model.safetensors and config.json into the (existing) version directory.
+  Status Save(const std::function<Status(const std::string& dir)>& write_files,
+              CheckpointMeta* meta);
+  // Save() of a draft model's files (WriteModelFiles).
   Status Save(const LlamaModel& model, CheckpointMeta* meta);
   Status ReadMeta(uint64_t version, CheckpointMeta* out) const;
 
@@ -63,6 +69,9 @@ class CheckpointStore {
   std::string root_;
   int keep_last_;
 };
+
+// Writes DIR/model.safetensors (float32 weights of `model`) and DIR/config.json.
+Status WriteModelFiles(const LlamaModel& model, const std::string& dir);
 
 }  // namespace trainer
 }  // namespace specloop

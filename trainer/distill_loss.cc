@@ -146,10 +146,10 @@ std::string ObjectiveSpec::ToString() const {
   return std::string("jsd:") + buf;
 }
 
-at::Tensor DistillLossPerPosition(const ObjectiveSpec& spec, const at::Tensor& draft_logits,
-                                  const at::Tensor& target_ids, const at::Tensor& target_logprobs,
-                                  const at::Tensor& target_tail) {
-  const Buckets b = Coarsen(draft_logits, target_ids, target_logprobs, target_tail);
+namespace {
+
+// The objective's loss of every row of `b` [N] (see distill_loss.h).
+at::Tensor LossOf(const ObjectiveSpec& spec, const Buckets& b) {
   switch (spec.kind) {
     case Objective::kForwardKl:
       return KlTo(b.p, b.log_p, b.log_q);
@@ -172,14 +172,11 @@ at::Tensor DistillLossPerPosition(const ObjectiveSpec& spec, const at::Tensor& d
   TORCH_CHECK(false, "unknown objective");
 }
 
-at::Tensor DistillLoss(const ObjectiveSpec& spec, const at::Tensor& draft_logits,
-                       const at::Tensor& target_ids, const at::Tensor& target_logprobs,
-                       const at::Tensor& target_tail, const at::Tensor& weights) {
-  const at::Tensor per_position =
-      DistillLossPerPosition(spec, draft_logits, target_ids, target_logprobs, target_tail);  // [N]
+// Weighted mean of per-position losses (DistillLoss's contract).
+at::Tensor WeightedMean(const at::Tensor& per_position, const at::Tensor& weights) {
   if (!weights.defined()) return per_position.mean();
-  TORCH_CHECK(weights.dim() == 1 && weights.size(0) == draft_logits.size(0),
-              "weights must be [N=", draft_logits.size(0), "], got ", weights.sizes());
+  TORCH_CHECK(weights.dim() == 1 && weights.size(0) == per_position.size(0),
+              "weights must be [N=", per_position.size(0), "], got ", weights.sizes());
   TORCH_CHECK(at::isFloatingType(weights.scalar_type()),
               "weights must be floating, got ", weights.scalar_type());
   const at::Tensor w = weights.detach().to(per_position.options().requires_grad(false));  // [N]
@@ -188,6 +185,55 @@ at::Tensor DistillLoss(const ObjectiveSpec& spec, const at::Tensor& draft_logits
   const at::Tensor total = w.sum();
   const at::Tensor denom = at::where(total > 0, total, at::ones_like(total));
   return (w * kept).sum() / denom;
+}
+
+// Both full distributions: draft_logits [N, V], target_logprobs [N, V].
+Buckets Full(const at::Tensor& draft_logits, const at::Tensor& target_logprobs) {
+  TORCH_CHECK(draft_logits.defined() && draft_logits.dim() == 2,
+              "draft_logits must be [N, V], got ", draft_logits.sizes());
+  TORCH_CHECK(draft_logits.scalar_type() == at::kFloat || draft_logits.scalar_type() == at::kDouble,
+              "draft_logits must be float32 or float64, got ", draft_logits.scalar_type());
+  TORCH_CHECK(target_logprobs.defined() && target_logprobs.sizes() == draft_logits.sizes(),
+              "target_logprobs must be [N, V]=", draft_logits.sizes(), ", got ",
+              target_logprobs.sizes());
+  TORCH_CHECK(at::isFloatingType(target_logprobs.scalar_type()),
+              "target_logprobs must be floating, got ", target_logprobs.scalar_type());
+  const auto opts = draft_logits.options().requires_grad(false);
+  at::Tensor log_p = target_logprobs.detach().to(opts);                 // [N, V]
+  at::Tensor log_z = at::logsumexp(log_p, {1}, /*keepdim=*/true);       // [N, 1]
+  log_z = at::where(at::isfinite(log_z), log_z, at::zeros_like(log_z));  // a row of no mass
+  Buckets b;
+  b.log_p = log_p - log_z;
+  b.p = at::exp(b.log_p);
+  b.log_q = at::log_softmax(draft_logits, 1);
+  b.q = at::exp(b.log_q);
+  return b;
+}
+
+}  // namespace
+
+at::Tensor DistillLossPerPosition(const ObjectiveSpec& spec, const at::Tensor& draft_logits,
+                                  const at::Tensor& target_ids, const at::Tensor& target_logprobs,
+                                  const at::Tensor& target_tail) {
+  return LossOf(spec, Coarsen(draft_logits, target_ids, target_logprobs, target_tail));
+}
+
+at::Tensor DistillLoss(const ObjectiveSpec& spec, const at::Tensor& draft_logits,
+                       const at::Tensor& target_ids, const at::Tensor& target_logprobs,
+                       const at::Tensor& target_tail, const at::Tensor& weights) {
+  return WeightedMean(
+      DistillLossPerPosition(spec, draft_logits, target_ids, target_logprobs, target_tail),
+      weights);
+}
+
+at::Tensor FullDistillLossPerPosition(const ObjectiveSpec& spec, const at::Tensor& draft_logits,
+                                      const at::Tensor& target_logprobs) {
+  return LossOf(spec, Full(draft_logits, target_logprobs));
+}
+
+at::Tensor FullDistillLoss(const ObjectiveSpec& spec, const at::Tensor& draft_logits,
+                           const at::Tensor& target_logprobs, const at::Tensor& weights) {
+  return WeightedMean(FullDistillLossPerPosition(spec, draft_logits, target_logprobs), weights);
 }
 
 at::Tensor CoarsenedAcceptance(const at::Tensor& draft_logits, const at::Tensor& target_ids,

@@ -79,6 +79,19 @@ at::Tensor DistillLoss(const ObjectiveSpec& spec, const at::Tensor& draft_logits
                        const at::Tensor& target_ids, const at::Tensor& target_logprobs,
                        const at::Tensor& target_tail, const at::Tensor& weights);
 
+// The same objectives on FULL distributions over one vocabulary, no coarsening: for a trainer
+// that has the target's whole distribution (feature drafts recompute the target:
+// feature_draft_training.h). Exact; the epsilon of reverse KL as above.
+//   draft_logits:    [N, V] float32 or float64, finite
+//   target_logprobs: [N, V] floating, the target's log-probabilities (renormalized here; -inf
+//                    for no mass)
+//   returns          [N]    draft_logits' dtype; autograd flows into draft_logits only
+at::Tensor FullDistillLossPerPosition(const ObjectiveSpec& spec, const at::Tensor& draft_logits,
+                                      const at::Tensor& target_logprobs);
+// Its weighted mean, as DistillLoss.
+at::Tensor FullDistillLoss(const ObjectiveSpec& spec, const at::Tensor& draft_logits,
+                           const at::Tensor& target_logprobs, const at::Tensor& weights);
+
 // alpha-hat on the K+1 buckets, sum_b min(p_b, q_b): an UPPER bound of the true acceptance
 // sum_x min(p(x), q(x)) (see above), exact when K == V. No gradient. Arguments as
 // DistillLossPerPosition.

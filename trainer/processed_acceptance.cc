@@ -142,18 +142,14 @@ AcceptanceBounds FromProcessedDraft(const float* q, int vocab, const LoggedTarge
 
 }  // namespace
 
-AcceptanceBounds ProcessedAcceptance(const float* draft_logits, int vocab, const LoggedTarget& t,
-                                     const SamplingParams& s, std::vector<float>* scratch) {
-  if (!s.greedy()) {
-    std::vector<float> local;
-    std::vector<float>& q = scratch ? *scratch : local;
-    ProcessedDistribution(draft_logits, vocab, s, &q);
-    return FromProcessedDraft(q.data(), vocab, t, s);
-  }
+namespace {
+
+// Greedy: the bounds when the draft proposes target id `draft`.
+AcceptanceBounds GreedyAcceptance(int draft, int vocab, const LoggedTarget& t,
+                                  const SamplingParams& s) {
   AcceptanceBounds a;
   ProcessedTargetBounds p;
   BoundProcessedTarget(t, vocab, s, &p);
-  const int draft = Argmax(draft_logits, vocab);
   for (int i = 0; i < t.k; ++i) {
     if (t.ids[i] == draft) {
       a.lower = p.lower[i];
@@ -165,6 +161,34 @@ AcceptanceBounds ProcessedAcceptance(const float* draft_logits, int vocab, const
   // has any mass).
   a.upper = p.tail_upper;
   return a;
+}
+
+}  // namespace
+
+AcceptanceBounds ProcessedAcceptance(const float* draft_logits, int vocab, const LoggedTarget& t,
+                                     const SamplingParams& s, std::vector<float>* scratch) {
+  if (!s.greedy()) {
+    std::vector<float> local;
+    std::vector<float>& q = scratch ? *scratch : local;
+    ProcessedDistribution(draft_logits, vocab, s, &q);
+    return FromProcessedDraft(q.data(), vocab, t, s);
+  }
+  return GreedyAcceptance(Argmax(draft_logits, vocab), vocab, t, s);
+}
+
+AcceptanceBounds ProcessedAcceptance(const float* draft_logits, int draft_vocab,
+                                     const int* draft_to_target, int vocab,
+                                     const LoggedTarget& t, const SamplingParams& s,
+                                     std::vector<float>* scratch) {
+  if (s.greedy()) {
+    return GreedyAcceptance(draft_to_target[Argmax(draft_logits, draft_vocab)], vocab, t, s);
+  }
+  std::vector<float> local;
+  std::vector<float>& qd = scratch ? *scratch : local;
+  ProcessedDistribution(draft_logits, draft_vocab, s, &qd);
+  std::vector<float> q(static_cast<size_t>(vocab), 0.0f);
+  for (int d = 0; d < draft_vocab; ++d) q[draft_to_target[d]] = qd[d];
+  return FromProcessedDraft(q.data(), vocab, t, s);
 }
 
 }  // namespace trainer

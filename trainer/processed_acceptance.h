@@ -85,5 +85,16 @@ AcceptanceBounds ProcessedAcceptance(const float* draft_logits, int vocab,
                                      const LoggedTarget& target, const SamplingParams& sampling,
                                      std::vector<float>* scratch = nullptr);
 
+// The same for a draft over a sub-vocabulary (an EAGLE-3 head's draft vocabulary): `draft_logits`
+// [draft_vocab] over draft ids, draft id d being target id draft_to_target[d] (ascending). q is
+// what FeatureDraftProposer draws from: the processed distribution over the draft ids (greedy:
+// their argmax, lowest draft id on ties), zero on every other target id; the target side is as
+// above over the target's `vocab`.
+// REQUIRES: as ProcessedAcceptance; draft_to_target ascending ids in [0, vocab).
+AcceptanceBounds ProcessedAcceptance(const float* draft_logits, int draft_vocab,
+                                     const int* draft_to_target, int vocab,
+                                     const LoggedTarget& target, const SamplingParams& sampling,
+                                     std::vector<float>* scratch = nullptr);
+
 }  // namespace trainer
 }  // namespace specloop

@@ -122,5 +122,46 @@ GateDecision DecideGate(const GateOptions& o, const AlphaEstimate& live,
   return d;
 }
 
+double ExpectedSpeedup(double alpha, int k, double draft_cost, double verify_cost) {
+  alpha = std::clamp(alpha, 0.0, 1.0);
+  const double tokens =
+      alpha >= 1.0 ? k + 1.0 : (1.0 - std::pow(alpha, k + 1)) / (1.0 - alpha);
+  return tokens / (1.0 + k * (draft_cost + verify_cost));
+}
+
+GateDecision DecideFirstDraft(const GateOptions& o, const AlphaEstimate& candidate,
+                              const std::map<std::string, double>& traffic) {
+  GateDecision d;
+  double alpha = 0;
+  const bool weighted = TrafficWeighted(candidate, traffic, &alpha);
+  if (!weighted) alpha = candidate.overall.logged;
+  double best = 0;
+  int best_k = 0;
+  for (int k = 1; k <= std::max(1, o.max_k); ++k) {
+    const double s = ExpectedSpeedup(alpha, k, o.draft_cost, o.verify_cost);
+    if (s > best) {
+      best = s;
+      best_k = k;
+    }
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "first draft: overall alpha %.4f (%s) on %lld positions promises %.3fx plain "
+                "decoding at k = %d (need %.3fx; draft cost %.3f, verify cost %.3f)",
+                alpha, weighted ? "traffic-weighted" : "per position",
+                static_cast<long long>(candidate.overall.positions), best, best_k,
+                o.min_speedup, o.draft_cost, o.verify_cost);
+  d.detail = buf;
+  if (candidate.overall.positions < o.min_positions) {
+    d.reason = "no_data";
+  } else if (best < o.min_speedup) {
+    d.reason = "slower_than_plain";
+  } else {
+    d.publish = true;
+    d.reason = "ok";
+  }
+  return d;
+}
+
 }  // namespace trainer
 }  // namespace specloop

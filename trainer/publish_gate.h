@@ -46,11 +46,26 @@ struct GateOptions {
   int64_t min_domain_positions = 50;
   // Fewer held-out positions in all: no decision (reason "no_data"). Default: 100.
   int64_t min_positions = 100;
+
+  // A FIRST draft, while none is served (DecideFirstDraft), is judged against plain decoding
+  // by the speedup its overall alpha promises (ExpectedSpeedup) at the best block length
+  // k = 1 .. max_k. Costs are fractions of one target decode step, measured on target-wide-46m
+  // (CPU, float32, one thread; trainer/README.md, "Feature drafts"): an EAGLE-3 head's drafted
+  // token 0.26 (a 1-layer head over a 6-layer target; a draft model's is of the same order
+  // there), each verified token beyond the first 0.07 (the target's 5-token forward against
+  // its 1-token one). Real targets (32+ layers) make a head's share several times smaller.
+  double draft_cost = 0.26;   // Default: 0.26.
+  double verify_cost = 0.07;  // Default: 0.07.
+  int max_k = 8;              // Default: 8.
+  // Least expected speedup over plain decoding (margin for the estimate's noise and the costs
+  // the model leaves out). Default: 1.05.
+  double min_speedup = 1.05;
 };
 
 struct GateDecision {
   bool publish = false;
-  // "ok", or why not: "no_data", "no_gain", "domain_regression". Also the metric label.
+  // "ok", or why not: "no_data", "no_gain", "domain_regression" (DecideGate),
+  // "slower_than_plain" (DecideFirstDraft). Also the metric label.
   std::string reason;
   // One line for the log: the numbers behind the decision.
   std::string detail;
@@ -66,6 +81,19 @@ struct GateDecision {
 GateDecision DecideGate(const GateOptions& options, const AlphaEstimate& live,
                         const AlphaEstimate& candidate,
                         const std::map<std::string, double>& traffic = {});
+
+// Expected tokens per target step over the cost of the step, relative to plain decoding (one
+// token per target step): with per-position acceptance alpha, a block of k drafts yields
+// (1 - alpha^(k+1)) / (1 - alpha) tokens (k + 1 when alpha = 1) and costs
+// 1 + k * (draft_cost + verify_cost) target steps.
+double ExpectedSpeedup(double alpha, int k, double draft_cost, double verify_cost);
+
+// A first draft against plain decoding (nothing served yet, so no live draft to beat):
+// publish when the candidate's overall alpha (traffic-weighted as DecideGate's) promises
+// ExpectedSpeedup >= min_speedup at the best k in 1..max_k; reasons "ok", "no_data" (fewer
+// than min_positions positions), "slower_than_plain".
+GateDecision DecideFirstDraft(const GateOptions& options, const AlphaEstimate& candidate,
+                              const std::map<std::string, double>& traffic = {});
 
 }  // namespace trainer
 }  // namespace specloop

@@ -1,6 +1,8 @@
 // `specloop train`: the trainer process (DESIGN.md sections 1, 6-8).
 //
 //   specloop train --draft DIR --buffer DIR [--buffer DIR ...] --checkpoints DIR [options]
+//       DIR is a draft model or an EAGLE-3 head (its config.json tells); a head also needs
+//       --target DIR, which the trainer runs for the head's features (trainer/trainer.h).
 //       long-running: catch up with the buffers, train, evaluate, gate, checkpoint, announce
 //       over ZeroMQ (--pub / --router), serve /metrics and /status.json (the trainer's state:
 //       trainer::TrainerState) on --metrics-port (0 disables).
@@ -28,6 +30,7 @@
 #include <zmq.hpp>
 
 #include "common/channel/draft_channel.h"
+#include "common/model/eagle3_config.h"
 #include "common/model/threads.h"
 #include "common/observe/process_metrics.h"
 #include "trainer/train_command.h"
@@ -84,6 +87,7 @@ nlohmann::json OfflineReport(const TrainArgs& a, const trainer::Trainer& t,
             {"reason", r.decision.reason},
             {"detail", r.decision.detail}}},
           {"objective", a.t.objective.ToString()},
+          {"draft_kind", t.state().draft_kind},
           {"steps", t.steps()}};
 }
 
@@ -136,7 +140,8 @@ nlohmann::json Number(double v) { return std::isnan(v) ? nlohmann::json() : nloh
 
 // GET /status.json: the trainer's state (trainer::TrainerState), read by the server's status page.
 nlohmann::json StateJson(const trainer::TrainerState& st) {
-  nlohmann::json j = {{"objective", st.objective},       {"activity", st.activity},
+  nlohmann::json j = {{"objective", st.objective},       {"draft_kind", st.draft_kind},
+                      {"activity", st.activity},
                       {"steps", st.steps},               {"loss", Number(st.loss)},
                       {"live_version", st.live_version}, {"evaluations", st.evaluations}};
   if (st.evaluations > 0) {
@@ -227,7 +232,23 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("train", "distil the draft toward the target on replay buffers");
   auto a = std::make_shared<TrainArgs>();
   trainer::TrainerOptions& t = a->t;
-  cmd->add_option("--draft", t.draft_dir, "initial draft model directory")->required();
+  cmd->add_option("--draft", t.draft_dir,
+                  "initial draft directory: a draft model or an EAGLE-3 head")->required();
+  cmd->add_option("--target", t.target_dir,
+                  "target model directory (required for an EAGLE-3 head: the trainer computes "
+                  "its features; unused for a draft model)");
+  cmd->add_option("--initial-draft-served", t.initial_draft_served,
+                  "whether workers serve --draft until the first checkpoint; false: the first "
+                  "candidate must beat plain decoding (expected speedup from its alpha)")
+      ->capture_default_str();
+  cmd->add_option("--unroll-steps", t.unroll_steps,
+                  "EAGLE-3 heads: training-time-test steps")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  cmd->add_option("--step-decay", t.step_decay,
+                  "EAGLE-3 heads: loss weight of unrolled step j is decay^j, decay in (0, 1]")
+      ->check(CLI::Range(1e-6, 1.0))
+      ->capture_default_str();
   cmd->add_option("--buffer", t.buffer_dirs, "replay buffer directory (repeatable)")->required();
   cmd->add_option("--checkpoints", t.checkpoint_dir, "checkpoint directory")->required();
   cmd->add_option("--objective", a->objective, "fkl, rkl, tvd, jsd or jsd:<beta>")
@@ -273,6 +294,17 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-regression-per-gain", t.gate.max_regression_per_gain,
                   "gate: or this fraction of the overall gain, when larger")
       ->capture_default_str();
+  cmd->add_option("--first-draft-cost", t.gate.draft_cost,
+                  "gate, first draft vs plain decoding: a drafted token's cost, fraction of a "
+                  "target step")
+      ->capture_default_str();
+  cmd->add_option("--first-verify-cost", t.gate.verify_cost,
+                  "gate, first draft vs plain decoding: each verified token's extra cost, "
+                  "fraction of a target step")
+      ->capture_default_str();
+  cmd->add_option("--first-min-speedup", t.gate.min_speedup,
+                  "gate, first draft vs plain decoding: least expected speedup")
+      ->capture_default_str();
   cmd->add_option("--keep-last", t.keep_last, "checkpoints kept")->capture_default_str();
   cmd->add_option("--seed", t.seed, "sampling seed")->capture_default_str();
   cmd->add_option("--device", t.device, "cpu or cuda")->capture_default_str();
@@ -291,6 +323,12 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       std::cerr << "specloop train: " << (s.ok() ? "--epochs and --batch-records must be >= 1"
                                                  : s.ToString())
                 << "\n";
+      *exit_code = 2;
+      return;
+    }
+    if (a->t.target_dir.empty() && IsEagle3Dir(a->t.draft_dir)) {
+      std::cerr << "specloop train: --draft " << a->t.draft_dir
+                << " is an EAGLE-3 head: --target DIR is required\n";
       *exit_code = 2;
       return;
     }

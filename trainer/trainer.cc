@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/channel/draft_channel.h"
+#include "common/model/eagle3_config.h"
 #include "trainer/training_examples.h"
 
 namespace specloop {
@@ -35,11 +36,16 @@ Status Trainer::Open(const TrainerOptions& options, metrics::Registry* registry,
   std::unique_ptr<Trainer> t(new Trainer());
   t->options_ = options;
   t->rng_.Seed(options.seed);
+  t->training_.objective = options.objective;
+  t->training_.context_gradient = options.context_gradient;
+  t->training_.unroll_steps = options.unroll_steps;
+  t->training_.step_decay = options.step_decay;
   SPECLOOP_RETURN_IF_ERROR(t->metrics_.Register(registry ? registry : &t->own_registry_));
   SPECLOOP_RETURN_IF_ERROR(
       CheckpointStore::Open(options.checkpoint_dir, options.keep_last, &t->store_));
   SPECLOOP_RETURN_IF_ERROR(t->LoadDrafts());
   t->state_.objective = options.objective.ToString();
+  t->state_.draft_kind = t->candidate_->kind();
   t->state_.steps = t->steps_;
   t->state_.live_version = t->live_version_;
   ReaderOptions ro;
@@ -51,9 +57,6 @@ Status Trainer::Open(const TrainerOptions& options, metrics::Registry* registry,
 }
 
 Status Trainer::LoadDrafts() {
-  LoadOptions lo;
-  lo.device = options_.device;
-  lo.dtype = "float32";
   const uint64_t v = store_->Latest();
   const std::string dir = v ? store_->Dir(v) : options_.draft_dir;
   if (v) {
@@ -63,13 +66,30 @@ Status Trainer::LoadDrafts() {
     samples_ = m.samples;
     Log("resuming from " + dir);
   }
-  SPECLOOP_RETURN_IF_ERROR(LlamaModel::Load(dir, lo, &live_));
-  SPECLOOP_RETURN_IF_ERROR(LlamaModel::Load(dir, lo, &candidate_));
-  if (v && !options_.draft_dir.empty()) {
+  const bool head = IsEagle3Dir(dir);
+  if (v && !options_.draft_dir.empty() && IsEagle3Dir(options_.draft_dir) != head) {
+    return Status::InvalidArgument(
+        "checkpoint " + dir + " is " + (head ? "an EAGLE-3 head" : "a draft model") + ", --draft " +
+        options_.draft_dir + " " + (head ? "a draft model" : "an EAGLE-3 head"));
+  }
+  if (head && !target_) {
+    if (options_.target_dir.empty()) {
+      return Status::InvalidArgument(dir + " is an EAGLE-3 head: training it needs its target "
+                                           "(--target DIR)");
+    }
+    LoadOptions lo;
+    lo.device = options_.device;
+    lo.dtype = "float32";
+    SPECLOOP_RETURN_IF_ERROR(
+        LlamaModel::Load(options_.target_dir, lo, &target_).Annotate("loading the target"));
+  }
+  SPECLOOP_RETURN_IF_ERROR(TrainableDraft::Load(dir, target_.get(), options_.device, &live_));
+  SPECLOOP_RETURN_IF_ERROR(TrainableDraft::Load(dir, target_.get(), options_.device, &candidate_));
+  if (v && !head && !options_.draft_dir.empty()) {
     ModelConfig initial;
     if (ModelConfig::FromDir(options_.draft_dir, &initial).ok()) {
-      SPECLOOP_RETURN_IF_ERROR(
-          CheckDraftCompatible(initial, candidate_->config()).Annotate("checkpoint " + dir));
+      SPECLOOP_RETURN_IF_ERROR(CheckDraftCompatible(initial, candidate_->model()->config())
+                                   .Annotate("checkpoint " + dir));
     }
   }
   std::vector<at::Tensor> params = candidate_->Parameters();
@@ -174,66 +194,16 @@ Status Trainer::CatchUp() {
 
 Status Trainer::TrainStep(const std::vector<const Record*>& batch, double* loss_out) {
   *loss_out = 0;
-  const ModelConfig& c = candidate_->config();
-  // One forward and backward per group of at most kMaxForwardTokens tokens, gradients
-  // accumulating: the loss is the mean over all the step's positions, so group g's mean loss
-  // enters with weight N_g / N.
-  std::vector<PositionBatch> groups;
-  std::vector<std::string> domains;
-  int64_t total = 0;
-  for (const auto& g : SplitForForward(batch, 0, kMaxForwardTokens)) {
-    PositionBatch pb;
-    BuildPositionBatch(g, c.vocab_size, c.max_model_len, Positions::kAll, &pb);
-    if (pb.size() == 0) continue;
-    total += pb.size();
-    domains.insert(domains.end(), pb.domains.begin(), pb.domains.end());
-    groups.push_back(std::move(pb));
-  }
-  if (total == 0) return Status::OK();
   const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> domains;  // one per position trained
+  optimizer_->ZeroGrad();
+  SPECLOOP_RETURN_IF_ERROR(candidate_->Backward(batch, training_, loss_out, &domains));
+  if (domains.empty()) return Status::OK();
   try {
-    c10::AutoGradMode grad(true);
-    optimizer_->ZeroGrad();
-    double loss_sum = 0;
-    for (PositionBatch& pb : groups) {
-      std::vector<KVCache> caches;
-      caches.reserve(pb.inputs.size());
-      std::vector<ForwardInput> context, in;
-      for (size_t i = 0; i < pb.inputs.size(); ++i) {
-        const std::vector<int64_t>& tokens = pb.inputs[i];
-        const std::vector<int64_t>& rows = pb.logit_rows[i];
-        caches.push_back(candidate_->NewCache(static_cast<int64_t>(tokens.size())));
-        // Unless context_gradient, the tokens before the first position read run forward only,
-        // without gradients: backward covers the positions read onward.
-        const int64_t cut =
-            options_.context_gradient ? 0 : *std::min_element(rows.begin(), rows.end());
-        if (cut > 0) {
-          context.push_back(
-              ForwardInput{&caches.back(), {tokens.begin(), tokens.begin() + cut}, false, {}, {}});
-        }
-        std::vector<int64_t> shifted(rows);
-        for (int64_t& r : shifted) r -= cut;
-        in.push_back(ForwardInput{&caches.back(), {tokens.begin() + cut, tokens.end()}, false, {},
-                                  std::move(shifted)});
-      }
-      if (!context.empty()) {
-        at::NoGradGuard no_grad;  // not InferenceMode: the caches enter the graph below
-        candidate_->Forward(context);
-      }
-      const at::Device dev = candidate_->device();
-      at::Tensor logits = candidate_->Forward(in);
-      at::Tensor loss = DistillLoss(options_.objective, logits, pb.target_ids.to(dev),
-                                    pb.target_logprobs.to(dev), pb.target_tail.to(dev),
-                                    at::Tensor()) *
-                        (static_cast<double>(pb.size()) / static_cast<double>(total));
-      loss.backward();
-      loss_sum += loss.item<double>();
-    }
     const double warm = options_.warmup_steps > 0
                             ? std::min(1.0, double(steps_ + 1) / options_.warmup_steps)
                             : 1.0;
     optimizer_->Step(warm);
-    *loss_out = loss_sum;
   } catch (const c10::Error& e) {
     return Status::IOError(std::string("training step: ") + e.what_without_backtrace());
   }
@@ -271,8 +241,8 @@ Status Trainer::Evaluate(EvalResult* r) {
           if (!live_values_.count(keys[i])) fresh.push_back(part[i]);
         }
         std::vector<RecordAlpha> fresh_values, values;
-        SPECLOOP_RETURN_IF_ERROR(EstimateRecords(*live_, fresh, batch, &fresh_values));
-        SPECLOOP_RETURN_IF_ERROR(EstimateRecords(*candidate_, part, batch, &values));
+        SPECLOOP_RETURN_IF_ERROR(live_->Estimate(fresh, batch, &fresh_values));
+        SPECLOOP_RETURN_IF_ERROR(candidate_->Estimate(part, batch, &values));
         metrics_.evaluated_records->Add({{"model", "live"}}).Increment(fresh.size());
         metrics_.evaluated_records->Add({{"model", "candidate"}}).Increment(part.size());
         size_t next_fresh = 0;
@@ -292,7 +262,11 @@ Status Trainer::Evaluate(EvalResult* r) {
   metrics_.evaluation_seconds->Observe(r->seconds);
   r->live = live.Estimate();
   r->candidate = candidate.Estimate();
-  r->decision = DecideGate(options_.gate, r->live, r->candidate, recent_traffic_);
+  // While nothing is served (no checkpoint and an unserved initial draft) the candidate is
+  // judged against plain decoding: there is no live draft to beat.
+  r->decision = !options_.initial_draft_served && live_version_ == 0
+                    ? DecideFirstDraft(options_.gate, r->candidate, recent_traffic_)
+                    : DecideGate(options_.gate, r->live, r->candidate, recent_traffic_);
   metrics_.evaluations->Increment();
   auto set = [&](const AlphaEstimate& e, const char* model) {
     for (const auto& [d, a] : e.domains) {
@@ -353,17 +327,15 @@ Status Trainer::EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalRe
   Status s;
   {
     at::NoGradGuard no_grad;
-    s = store_->Save(*candidate_, &m);
+    s = store_->Save([&](const std::string& dir) { return candidate_->Write(dir); }, &m);
   }
   if (!s.ok()) {
     metrics_.rejected->Add({{"reason", "save_error"}}).Increment();
     return s.Annotate("saving checkpoint");
   }
   r->version = m.version;
-  LoadOptions lo;
-  lo.device = options_.device;
-  lo.dtype = "float32";
-  SPECLOOP_RETURN_IF_ERROR(LlamaModel::Load(store_->Dir(m.version), lo, &live_));
+  SPECLOOP_RETURN_IF_ERROR(
+      TrainableDraft::Load(store_->Dir(m.version), target_.get(), options_.device, &live_));
   live_version_ = m.version;
   live_values_ = std::move(candidate_values_);  // the published weights, saved and reloaded
   candidate_values_.clear();

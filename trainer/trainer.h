@@ -1,4 +1,8 @@
 // Trainer: distils the draft toward the target on replay-buffer records (DESIGN.md section 6).
+// The draft is a draft model or an EAGLE-3 feature head (trainable_draft.h: the layout of the
+// draft directory tells which); a head also needs the target (TrainerOptions::target_dir),
+// which the trainer runs itself for the head's features and the target's full distributions
+// (feature_draft_training.h). Everything else below is the same for both kinds.
 //
 // It holds two drafts: the LIVE one (the latest checkpoint, or the initial draft when there
 // is none: what workers serve) and the CANDIDATE it trains with AdamW. Periodically it
@@ -7,7 +11,9 @@
 // (publish_gate.h); a candidate that passes is saved as the next checkpoint (checkpoint_store.h),
 // announced (common/channel/draft_channel.h) and becomes the live draft; one that fails is not
 // published and training goes on (the reason goes to the log and to
-// specloop_train_checkpoints_rejected_total{reason}).
+// specloop_train_checkpoints_rejected_total{reason}). While no draft is served yet
+// (initial_draft_served false and no checkpoint), there is no live draft to beat: the gate
+// judges the candidate against plain decoding instead (DecideFirstDraft).
 //
 // Data. Records are held out by a hash of their prompt (heldout_split.h). Online,
 // training batches come from ReplayReader::Sample: a domain is drawn with weight
@@ -46,6 +52,7 @@
 #include "trainer/eval_cadence.h"
 #include "trainer/distill_loss.h"
 #include "trainer/publish_gate.h"
+#include "trainer/trainable_draft.h"
 #include "trainer/trainer_metrics.h"
 
 namespace specloop {
@@ -56,6 +63,12 @@ namespace trainer {
 
 struct TrainerOptions {
   std::string draft_dir;                 // initial draft, used when no checkpoint exists
+  // The target's directory: required when the draft is an EAGLE-3 head, unused otherwise.
+  std::string target_dir;
+  // Whether workers serve the initial draft (draft_dir) until the first checkpoint. False
+  // (`specloop up` with no --draft: the workers decode plainly): until a checkpoint exists the
+  // gate judges candidates against plain decoding (DecideFirstDraft). Default: true.
+  bool initial_draft_served = true;
   std::vector<std::string> buffer_dirs;  // replay buffers, opened as RocksDB secondaries
   std::string checkpoint_dir;
   // Default: jsd:0.5, the best of the objective comparison in trainer/README.md.
@@ -68,6 +81,10 @@ struct TrainerOptions {
   // constants. Default: off; one offline epoch over a domain-shift run's buffer took 1.5x less
   // time for the same held-out alpha (0.5247 vs 0.5267; trainer/README.md).
   bool context_gradient = false;
+  // EAGLE-3 heads: unrolled steps of training-time test and their loss weight decay
+  // (feature_draft_training.h). Defaults: 3 and 0.8 (trainer/README.md, "Feature drafts").
+  int unroll_steps = 3;
+  double step_decay = 0.8;
   double half_life_seconds = 3600.0;  // recency half-life of online sampling. Default: 1 h.
   // Age weighting of the domain mix (sampling and the gate's overall alpha). Default: 10 s, ~70
   // records at the domain-shift benchmark's rate. At 300 s new domains stayed under-trained for the
@@ -108,6 +125,7 @@ struct EvalResult {
 // shown on the server's status page.
 struct TrainerState {
   std::string objective;            // TrainerOptions::objective, e.g. "reverse_kl"
+  std::string draft_kind;           // TrainableDraft::kind(): "model" or "eagle3"
   std::string activity = "starting";  // "training", "waiting for traffic" or "starting"
   int64_t steps = 0;
   double loss = NAN;  // the last step's
@@ -132,8 +150,8 @@ struct OfflineProgress {
 
 class Trainer {
  public:
-  // Loads the live and candidate drafts (from checkpoint_dir's latest, else draft_dir), opens
-  // the buffers and reads the held-out set. `registry` (may be null) receives the metrics and
+  // Loads the target when the draft is a head, the live and candidate drafts (from
+  // checkpoint_dir's latest, else draft_dir), opens the buffers and reads the held-out set. `registry` (may be null) receives the metrics and
   // must outlive the trainer.
   static Status Open(const TrainerOptions& options, metrics::Registry* registry,
                      std::unique_ptr<Trainer>* out);
@@ -159,8 +177,14 @@ class Trainer {
                     const std::function<void(const OfflineProgress&)>& progress,
                     EvalResult* result);
 
-  LlamaModel* candidate() { return candidate_.get(); }
-  const LlamaModel* live() const { return live_.get(); }
+  // The drafts when they are draft models (else null); candidate_draft() / live_draft() for
+  // either kind.
+  LlamaModel* candidate() { return candidate_->model(); }
+  const LlamaModel* live() const { return live_->model(); }
+  TrainableDraft* candidate_draft() { return candidate_.get(); }
+  const TrainableDraft* live_draft() const { return live_.get(); }
+  // The target, when the draft is a head (else null).
+  const LlamaModel* target() const { return target_.get(); }
   uint64_t live_version() const { return live_version_; }
   // The held-out records (evaluation's), read from the buffers; those retention removed
   // are dropped from the set.
@@ -188,7 +212,9 @@ class Trainer {
   TrainerOptions options_;
   std::unique_ptr<ReplayReader> reader_;
   std::unique_ptr<CheckpointStore> store_;
-  std::unique_ptr<LlamaModel> live_, candidate_;
+  std::unique_ptr<LlamaModel> target_;  // heads only
+  std::unique_ptr<TrainableDraft> live_, candidate_;
+  DraftTrainingOptions training_;
   std::unique_ptr<AdamW> optimizer_;
   uint64_t live_version_ = 0;
   int64_t steps_ = 0, samples_ = 0;

@@ -96,6 +96,8 @@ void BuildPositionBatch(const std::vector<const Record*>& records, int vocab, in
         record_rows.push_back(pos - 1);
         out->domains.push_back(r->domain);
         out->record_index.push_back(static_cast<int32_t>(ri));
+        out->predicted.push_back(pos);
+        out->draft_index.push_back(static_cast<int32_t>(j));
         needed = std::max(needed, pos);
       }
     }

@@ -39,6 +39,8 @@ struct PositionBatch {
   at::Tensor target_tail;      // [N] float32
   std::vector<std::string> domains;  // [N]: the record's domain
   std::vector<int32_t> record_index;  // [N]: the record's index in BuildPositionBatch's input
+  std::vector<int64_t> predicted;     // [N]: index in Record::tokens of the token predicted
+  std::vector<int32_t> draft_index;   // [N]: j, the row's index in its step (start_pos + j)
   int64_t size() const { return static_cast<int64_t>(domains.size()); }
 };
 

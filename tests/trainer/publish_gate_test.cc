@@ -181,6 +181,44 @@ TEST(PublishGate, NoDataNoDecision) {
   EXPECT_EQ(d.reason, "no_data");
 }
 
+TEST(FirstDraftGate, ExpectedSpeedupIsTokensPerStepOverItsCost) {
+  // No acceptance: one token per step, at the cost of the drafts and their verification.
+  EXPECT_NEAR(ExpectedSpeedup(0.0, 4, 0.25, 0.05), 1.0 / 2.2, 1e-12);
+  // Every draft accepted, free drafts: k + 1 tokens per step.
+  EXPECT_NEAR(ExpectedSpeedup(1.0, 4, 0.0, 0.0), 5.0, 1e-12);
+  // alpha 0.5, k 2: 1 + 0.5 + 0.25 tokens for 1 + 2 * 0.3 steps.
+  EXPECT_NEAR(ExpectedSpeedup(0.5, 2, 0.2, 0.1), 1.75 / 1.6, 1e-12);
+  // Increasing in alpha, decreasing in cost.
+  EXPECT_LT(ExpectedSpeedup(0.4, 3, 0.26, 0.07), ExpectedSpeedup(0.5, 3, 0.26, 0.07));
+  EXPECT_GT(ExpectedSpeedup(0.5, 3, 0.1, 0.07), ExpectedSpeedup(0.5, 3, 0.26, 0.07));
+}
+
+TEST(FirstDraftGate, JudgesAgainstPlainDecoding) {
+  // Defaults (draft 0.26, verify 0.07, need 1.05x): alpha 0.3 promises at best
+  // 1.3 / 1.33 = 0.98x (k = 1): slower than plain decoding, whatever a live draft would score.
+  GateDecision d = DecideFirstDraft({}, Make({{"c", 0.3}, {"python", 0.3}}));
+  EXPECT_FALSE(d.publish) << d.detail;
+  EXPECT_EQ(d.reason, "slower_than_plain");
+  // alpha 0.7: 1 + 0.7 + 0.49 = 2.19 tokens for 1.66 steps at k = 2 (1.32x).
+  d = DecideFirstDraft({}, Make({{"c", 0.7}, {"python", 0.7}}));
+  EXPECT_TRUE(d.publish) << d.detail;
+  EXPECT_EQ(d.reason, "ok");
+  EXPECT_NE(d.detail.find("k = "), std::string::npos) << d.detail;
+  // Too few positions: no decision.
+  d = DecideFirstDraft({}, Make({{"c", 0.9}}, 40));
+  EXPECT_FALSE(d.publish);
+  EXPECT_EQ(d.reason, "no_data");
+  // Cheaper drafts pay at a lower alpha.
+  GateOptions cheap;
+  cheap.draft_cost = 0.02;
+  cheap.verify_cost = 0.0;
+  EXPECT_TRUE(DecideFirstDraft(cheap, Make({{"c", 0.3}, {"python", 0.3}})).publish);
+  // The traffic weighs the domains: python's 0.8 counts where the traffic is.
+  const AlphaEstimate mixed = Make({{"c", 0.2}, {"python", 0.8}});
+  EXPECT_TRUE(DecideFirstDraft({}, mixed, {{"python", 1.0}}).publish);
+  EXPECT_FALSE(DecideFirstDraft({}, mixed, {{"c", 1.0}}).publish);
+}
+
 }  // namespace
 }  // namespace trainer
 }  // namespace specloop

@@ -19,6 +19,8 @@
 #include "buffer/replay_logger.h"
 #include "buffer/replay_reader.h"
 #include "common/channel/draft_channel.h"
+#include "common/model/eagle3_config.h"
+#include "common/model/eagle3_head.h"
 #include "tests/trainer/test_util.h"
 #include "trainer/alpha_estimate.h"
 #include "trainer/synthetic_traffic.h"
@@ -207,6 +209,60 @@ TEST_F(TrainCommandTest, OfflineReportsHeldOutAlphaPerSamplingRegime) {
   EXPECT_EQ(regime_positions, domain_positions);
   EXPECT_NEAR(weighted_before / regime_positions, r["overall_before"].get<double>(), 1e-9);
   std::cout << last;
+}
+
+// Runs `args` (quoted) then `tail` through the shell; returns the exit status, with stdout in
+// *out and its last JSON line in *last.
+int RunCommand(const std::vector<std::string>& args, const std::string& tail, std::string* out,
+               std::string* last) {
+  std::string cmd;
+  for (const auto& a : args) cmd += "'" + a + "' ";
+  FILE* p = popen((cmd + tail).c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  while (fgets(buf, sizeof(buf), p)) {
+    *out += buf;
+    if (buf[0] == '{') *last = buf;
+  }
+  return WEXITSTATUS(pclose(p));
+}
+
+// --draft takes an EAGLE-3 head too (with --target): --offline trains it and writes a head
+// checkpoint; without --target it is a usage error.
+TEST_F(TrainCommandTest, OfflineTrainsAnEagle3HeadWithItsTarget) {
+  TempDir dir("specloop-train-head");
+  const std::string target_dir = SharedDir() + "/models/target-6m";
+  std::unique_ptr<LlamaModel> target;
+  ASSERT_TRUE(LlamaModel::Load(target_dir, {}, &target).ok());
+  std::unique_ptr<Eagle3Head> init;
+  ASSERT_TRUE(Eagle3Head::InitFromTarget(*target, {}, &init).ok());
+  ASSERT_TRUE(init->Save(dir.Sub("head")).ok());
+  std::vector<std::string> args = {SPECLOOP_BINARY, "train", "--draft", dir.Sub("head"),
+                                   "--buffer", dir_->Sub("buffer"), "--checkpoints",
+                                   dir.Sub("ckpt"), "--lr", "2e-3", "--metrics-port", "0",
+                                   "--threads", "1", "--offline", "--epochs", "2"};
+  std::string out, last;
+  EXPECT_EQ(RunCommand(args, "2>'" + dir.Sub("err.txt") + "'", &out, &last), 2) << out;
+  std::string err;
+  ASSERT_TRUE(ReadFileToString(dir.Sub("err.txt"), &err).ok());
+  EXPECT_NE(err.find("--target DIR is required"), std::string::npos) << err;
+
+  args.insert(args.end(), {"--target", target_dir});
+  out.clear();
+  ASSERT_EQ(RunCommand(args, "2>/dev/null", &out, &last), 0) << out;
+  const nlohmann::json r = nlohmann::json::parse(last);
+  EXPECT_EQ(r["draft_kind"], "eagle3") << last;
+  EXPECT_EQ(r["version"], 1) << last;
+  EXPECT_GT(r["overall_after"].get<double>(), r["overall_before"].get<double>() + 0.05) << last;
+  const std::string v1 = dir.Sub("ckpt/v000001");
+  EXPECT_TRUE(IsEagle3Dir(v1));
+  std::unique_ptr<Eagle3Head> trained;
+  const Status s = Eagle3Head::Load(v1, *target, LoadOptions(), &trained);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::string meta_text, sha;
+  ASSERT_TRUE(ReadFileToString(v1 + "/meta.json", &meta_text).ok());
+  ASSERT_TRUE(Sha256File(v1 + "/model.safetensors", &sha).ok());
+  EXPECT_EQ(nlohmann::json::parse(meta_text)["sha256"], sha);
 }
 
 TEST_F(TrainCommandTest, OnlineLoopPublishesACheckpointThatAWorkerFetches) {
