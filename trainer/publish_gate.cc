@@ -135,10 +135,11 @@ GateDecision DecideFirstDraft(const GateOptions& o, const AlphaEstimate& candida
   double alpha = 0;
   const bool weighted = TrafficWeighted(candidate, traffic, &alpha);
   if (!weighted) alpha = candidate.overall.logged;
+  const double draft_cost = o.draft_cost < 0 ? kHeadDraftCost : o.draft_cost;
   double best = 0;
   int best_k = 0;
   for (int k = 1; k <= std::max(1, o.max_k); ++k) {
-    const double s = ExpectedSpeedup(alpha, k, o.draft_cost, o.verify_cost);
+    const double s = ExpectedSpeedup(alpha, k, draft_cost, o.verify_cost);
     if (s > best) {
       best = s;
       best_k = k;
@@ -150,7 +151,7 @@ GateDecision DecideFirstDraft(const GateOptions& o, const AlphaEstimate& candida
                 "decoding at k = %d (need %.3fx; draft cost %.3f, verify cost %.3f)",
                 alpha, weighted ? "traffic-weighted" : "per position",
                 static_cast<long long>(candidate.overall.positions), best, best_k,
-                o.min_speedup, o.draft_cost, o.verify_cost);
+                o.min_speedup, draft_cost, o.verify_cost);
   d.detail = buf;
   if (candidate.overall.positions < o.min_positions) {
     d.reason = "no_data";

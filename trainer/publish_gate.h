@@ -16,6 +16,16 @@
 namespace specloop {
 namespace trainer {
 
+// Costs as fractions of a target decode step, measured on target-wide-46m (CPU, float32, one
+// thread, a 200-token context; trainer/README.md, "Feature drafts"): a drafted token of an
+// EAGLE-3 head grown from it (a 1-layer head as wide as its 6-layer target, draft vocabulary
+// 4096) 0.26; of draft-mix-1m 0.009; each verified token beyond the first 0.05-0.07 (the
+// target's 5-token forward against its 1-token one). Real targets (32+ layers) make a head's
+// share several times smaller: pass their own (`specloop train --first-draft-cost`).
+inline constexpr double kHeadDraftCost = 0.26;
+inline constexpr double kModelDraftCost = 0.01;
+inline constexpr double kVerifyCost = 0.06;
+
 struct GateOptions {
   // Least gain in overall logged alpha (absolute). Default: 0.002.
   double min_gain = 0.002;
@@ -49,14 +59,14 @@ struct GateOptions {
 
   // A FIRST draft, while none is served (DecideFirstDraft), is judged against plain decoding
   // by the speedup its overall alpha promises (ExpectedSpeedup) at the best block length
-  // k = 1 .. max_k. Costs are fractions of one target decode step, measured on target-wide-46m
-  // (CPU, float32, one thread; trainer/README.md, "Feature drafts"): an EAGLE-3 head's drafted
-  // token 0.26 (a 1-layer head over a 6-layer target; a draft model's is of the same order
-  // there), each verified token beyond the first 0.07 (the target's 5-token forward against
-  // its 1-token one). Real targets (32+ layers) make a head's share several times smaller.
-  double draft_cost = 0.26;   // Default: 0.26.
-  double verify_cost = 0.07;  // Default: 0.07.
-  int max_k = 8;              // Default: 8.
+  // k = 1 .. max_k. Costs are fractions of one target decode step.
+  // draft_cost: one drafted token's; < 0: by the draft's kind, kHeadDraftCost for an EAGLE-3
+  // head, kModelDraftCost for a draft model (the trainer resolves it; DecideFirstDraft alone
+  // takes kHeadDraftCost). Default: -1.
+  double draft_cost = -1;
+  // Each verified token beyond the first. Default: kVerifyCost.
+  double verify_cost = kVerifyCost;
+  int max_k = 8;  // Default: 8.
   // Least expected speedup over plain decoding (margin for the estimate's noise and the costs
   // the model leaves out). Default: 1.05.
   double min_speedup = 1.05;

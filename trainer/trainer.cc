@@ -264,9 +264,16 @@ Status Trainer::Evaluate(EvalResult* r) {
   r->candidate = candidate.Estimate();
   // While nothing is served (no checkpoint and an unserved initial draft) the candidate is
   // judged against plain decoding: there is no live draft to beat.
-  r->decision = !options_.initial_draft_served && live_version_ == 0
-                    ? DecideFirstDraft(options_.gate, r->candidate, recent_traffic_)
-                    : DecideGate(options_.gate, r->live, r->candidate, recent_traffic_);
+  if (!options_.initial_draft_served && live_version_ == 0) {
+    GateOptions first = options_.gate;
+    if (first.draft_cost < 0) {
+      first.draft_cost =
+          candidate_->head() != nullptr ? kHeadDraftCost : kModelDraftCost;
+    }
+    r->decision = DecideFirstDraft(first, r->candidate, recent_traffic_);
+  } else {
+    r->decision = DecideGate(options_.gate, r->live, r->candidate, recent_traffic_);
+  }
   metrics_.evaluations->Increment();
   auto set = [&](const AlphaEstimate& e, const char* model) {
     for (const auto& [d, a] : e.domains) {

@@ -194,12 +194,12 @@ TEST(FirstDraftGate, ExpectedSpeedupIsTokensPerStepOverItsCost) {
 }
 
 TEST(FirstDraftGate, JudgesAgainstPlainDecoding) {
-  // Defaults (draft 0.26, verify 0.07, need 1.05x): alpha 0.3 promises at best
-  // 1.3 / 1.33 = 0.98x (k = 1): slower than plain decoding, whatever a live draft would score.
+  // Defaults (a head's draft cost 0.26, verify 0.06, need 1.05x): alpha 0.3 promises at best
+  // 1.3 / 1.32 = 0.98x (k = 1): slower than plain decoding, whatever a live draft would score.
   GateDecision d = DecideFirstDraft({}, Make({{"c", 0.3}, {"python", 0.3}}));
   EXPECT_FALSE(d.publish) << d.detail;
   EXPECT_EQ(d.reason, "slower_than_plain");
-  // alpha 0.7: 1 + 0.7 + 0.49 = 2.19 tokens for 1.66 steps at k = 2 (1.32x).
+  // alpha 0.7: 1 + 0.7 + 0.49 = 2.19 tokens for 1.64 steps at k = 2 (1.34x).
   d = DecideFirstDraft({}, Make({{"c", 0.7}, {"python", 0.7}}));
   EXPECT_TRUE(d.publish) << d.detail;
   EXPECT_EQ(d.reason, "ok");
@@ -208,10 +208,10 @@ TEST(FirstDraftGate, JudgesAgainstPlainDecoding) {
   d = DecideFirstDraft({}, Make({{"c", 0.9}}, 40));
   EXPECT_FALSE(d.publish);
   EXPECT_EQ(d.reason, "no_data");
-  // Cheaper drafts pay at a lower alpha.
+  // Cheaper drafts pay at a lower alpha: a draft model's cost (0.01) at 0.3 promises
+  // 1.3 / 1.07 = 1.21x.
   GateOptions cheap;
-  cheap.draft_cost = 0.02;
-  cheap.verify_cost = 0.0;
+  cheap.draft_cost = kModelDraftCost;
   EXPECT_TRUE(DecideFirstDraft(cheap, Make({{"c", 0.3}, {"python", 0.3}})).publish);
   // The traffic weighs the domains: python's 0.8 counts where the traffic is.
   const AlphaEstimate mixed = Make({{"c", 0.2}, {"python", 0.8}});
