@@ -2,10 +2,13 @@
 // draft-prose-1m over python, c and legal prompts): offline training raises every domain's
 // held-out alpha and writes a head checkpoint that a restarted trainer resumes from; a head
 // without its target is refused; a first head, while nothing is served, is judged against plain
-// decoding.
+// decoding; the online loop trains and publishes a head as it does a draft model.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "common/model/eagle3_config.h"
 #include "common/model/eagle3_head.h"
@@ -155,6 +158,34 @@ TEST_F(FeatureDraftTrainerTest, AFirstHeadIsJudgedAgainstPlainDecoding) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_FALSE(r.decision.publish);
   EXPECT_EQ(r.decision.reason, "no_gain") << r.decision.detail;
+}
+
+TEST_F(FeatureDraftTrainerTest, OnlineLoopPublishesAHead) {
+  TempDir ckpt;
+  TrainerOptions o = Options(ckpt.path());
+  o.eval_every_steps = 10;
+  o.catch_up_interval_ms = 100;
+  std::unique_ptr<Trainer> t;
+  Status s = Trainer::Open(o, nullptr, &t);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::atomic<bool> stop{false};
+  Status loop;
+  std::thread runner([&] { loop = t->RunOnline(stop, nullptr); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(150);
+  TrainerState st;
+  while (std::chrono::steady_clock::now() < deadline) {
+    st = t->state();
+    if (st.live_version > 0 || st.activity == "waiting for traffic") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  stop = true;
+  runner.join();
+  ASSERT_TRUE(loop.ok()) << loop.ToString();
+  st = t->state();
+  EXPECT_EQ(st.draft_kind, "eagle3");
+  EXPECT_EQ(st.live_version, 1u) << st.reason << ": " << st.detail;
+  EXPECT_GT(st.candidate_alpha, st.live_alpha);
+  EXPECT_TRUE(IsEagle3Dir(ckpt.Sub("v000001")));
 }
 
 }  // namespace
