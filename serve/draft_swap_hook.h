@@ -1,8 +1,8 @@
 // DraftSwapHook: the seam between the scheduler and the draft hot-swapper (DESIGN.md
 // section 7). The swapper (ZeroMQ SUB/DEALER client, written separately) receives an
-// announcement, fetches and verifies the checkpoint and loads it into a standby LlamaModel on
+// announcement, fetches and verifies the checkpoint and loads it into a standby Draft on
 // its own thread; the scheduler polls the hook between iterations and installs what it gets:
-// every in-flight sequence's draft proposer is pointed at the new model (its draft KV cache is
+// every in-flight sequence's draft proposer is pointed at the new draft (its draft KV cache is
 // rebuilt on next use), the old model is destroyed, and draft_version moves on.
 #pragma once
 
@@ -11,13 +11,13 @@
 #include <string>
 
 #include "common/base/status.h"
-#include "common/model/llama_model.h"
+#include "common/engine/draft.h"
 
 namespace specloop {
 
 struct DraftCandidate {
-  std::unique_ptr<LlamaModel> model;  // loaded, on the target's device
-  uint64_t version = 0;               // > 0; 0 is the --draft given at startup
+  Draft draft;           // loaded, on the target's device (a model or a head)
+  uint64_t version = 0;  // > 0; 0 is the --draft given at startup
 };
 
 class DraftSwapHook {

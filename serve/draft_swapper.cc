@@ -5,10 +5,10 @@
 namespace specloop {
 
 Status DraftSwapper::Start(zmq::context_t* context, const DraftSwapperOptions& options,
-                           const ModelConfig& target_config, ServingMetrics* metrics,
+                           const LlamaModel& target, ServingMetrics* metrics,
                            std::unique_ptr<DraftSwapper>* out) {
   if (options.staging_dir.empty()) return Status::InvalidArgument("no staging directory");
-  std::unique_ptr<DraftSwapper> s(new DraftSwapper(options, target_config, metrics));
+  std::unique_ptr<DraftSwapper> s(new DraftSwapper(options, target, metrics));
   SPECLOOP_RETURN_IF_ERROR(DraftFetcher::Open(context, options.fetcher, &s->fetcher_));
   if (!options.initial_draft_dir.empty()) s->dirs_[0] = options.initial_draft_dir;
   s->thread_ = std::thread([p = s.get()] { p->Run(); });
@@ -65,23 +65,25 @@ void DraftSwapper::Consider(const DraftAnnouncement& a) {
     }
     return;
   }
-  ModelConfig config;
-  s = ModelConfig::FromDir(dir, &config);
-  if (s.ok()) s = CheckDraftCompatible(target_config_, config);
-  if (!s.ok()) return Refuse(a.version, "incompatible", s);
-  std::unique_ptr<LlamaModel> model;
-  s = LlamaModel::Load(dir, options_.load, &model);
+  if (!IsEagle3Dir(dir)) {  // a draft model: its architecture and vocabulary first
+    ModelConfig config;
+    s = ModelConfig::FromDir(dir, &config);
+    if (s.ok()) s = CheckDraftCompatible(target_.config(), config);
+    if (!s.ok()) return Refuse(a.version, "incompatible", s);
+  }
+  Draft draft;
+  s = LoadDraft(dir, target_, options_.load, &draft);
   if (!s.ok()) return Refuse(a.version, "load", s);
 
   std::lock_guard<std::mutex> lock(mu_);
   dirs_[a.version] = dir;
   newest_ = a.version;
-  ready_ = DraftCandidate{std::move(model), a.version};  // replaces an older, untaken one
+  ready_ = DraftCandidate{std::move(draft), a.version};  // replaces an older, untaken one
 }
 
 bool DraftSwapper::TakeReady(DraftCandidate* out) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!ready_.model) return false;
+  if (!ready_.draft) return false;
   *out = std::move(ready_);
   ready_ = DraftCandidate();
   return true;
@@ -114,7 +116,7 @@ void DraftSwapper::MaybeRollBack() {
     std::lock_guard<std::mutex> lock(mu_);
     current = installed_;
     back = previous_;
-    if (!has_previous_ || ready_.model || refused_.count(current) || refused_.count(back)) return;
+    if (!has_previous_ || ready_.draft || refused_.count(current) || refused_.count(back)) return;
     // Step-weighted alphas of both versions over the domains both have enough steps on.
     double now_alpha = 0, before_alpha = 0, weight = 0;
     const auto& before_domains = live_[back];
@@ -140,15 +142,15 @@ void DraftSwapper::MaybeRollBack() {
               << " on the same domains: rolling back to v" << back << "\n";
     refused_.insert(current);
   }
-  std::unique_ptr<LlamaModel> model;
-  Status s = LlamaModel::Load(dir, options_.load, &model);
+  Draft draft;
+  Status s = LoadDraft(dir, target_, options_.load, &draft);
   if (!s.ok()) {
     std::cerr << "specloop serve: rollback to v" << back << " failed: " << s.ToString() << "\n";
     return;
   }
   metrics_->ObserveRollback();
   std::lock_guard<std::mutex> lock(mu_);
-  ready_ = DraftCandidate{std::move(model), back};
+  ready_ = DraftCandidate{std::move(draft), back};
 }
 
 }  // namespace specloop

@@ -2,7 +2,8 @@
 // scheduler's DraftSwapHook. A background thread asks the trainer for its latest version at
 // start (a worker started later catches up), then follows the announcements: it fetches each
 // newer version in chunks (size and sha256 checked by DraftFetcher), checks architecture and
-// vocabulary against the target, and loads it into a standby model, all off the decoding
+// vocabulary against the target, and loads it (a model or an EAGLE-3 head) into a standby
+// Draft, all off the decoding
 // thread; the scheduler takes it between iterations. A refused checkpoint is counted by reason
 // (`announcement`, `transfer`, `incompatible`, `load`) and never retried; the old draft keeps
 // serving.
@@ -27,7 +28,7 @@
 #include <thread>
 
 #include "common/channel/draft_channel.h"
-#include "common/model/llama_model.h"
+#include "common/engine/draft.h"
 #include "common/spec/acceptance_estimator.h"
 #include "serve/draft_swap_hook.h"
 #include "serve/serving_metrics.h"
@@ -60,8 +61,9 @@ struct DraftSwapperOptions {
 class DraftSwapper : public DraftSwapHook {
  public:
   // Connects to the trainer and starts the thread. `context`, `metrics` must outlive it.
+  // `target` (the drafts' target: heads read its embedding) must outlive it too.
   static Status Start(zmq::context_t* context, const DraftSwapperOptions& options,
-                      const ModelConfig& target_config, ServingMetrics* metrics,
+                      const LlamaModel& target, ServingMetrics* metrics,
                       std::unique_ptr<DraftSwapper>* out);
   ~DraftSwapper() override;
   void Stop();
@@ -72,9 +74,9 @@ class DraftSwapper : public DraftSwapHook {
                          int accepted) override;
 
  private:
-  DraftSwapper(const DraftSwapperOptions& options, const ModelConfig& target_config,
+  DraftSwapper(const DraftSwapperOptions& options, const LlamaModel& target,
                ServingMetrics* metrics)
-      : options_(options), target_config_(target_config), metrics_(metrics) {}
+      : options_(options), target_(target), metrics_(metrics) {}
   void Run();
   // Fetches, checks and loads `a`; on success it becomes the ready candidate.
   void Consider(const DraftAnnouncement& a);
@@ -90,7 +92,7 @@ class DraftSwapper : public DraftSwapHook {
   };
 
   const DraftSwapperOptions options_;
-  const ModelConfig target_config_;
+  const LlamaModel& target_;
   ServingMetrics* metrics_;
   std::unique_ptr<DraftFetcher> fetcher_;  // used by the thread only
   std::thread thread_;

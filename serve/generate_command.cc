@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/engine/decode_step.h"
+#include "common/engine/draft.h"
 #include "common/engine/draft_model_proposer.h"
+#include "common/engine/feature_draft_proposer.h"
 #include "common/engine/generate.h"
 #include "common/engine/speculative_decoder.h"
 #include "common/spec/prompt_lookup_proposer.h"
@@ -91,6 +93,7 @@ GenerateResult DecodeSpeculative(const LlamaModel& target, Proposer* proposer,
   slot.decoder = &decoder;
   slot.proposer = proposer;
   slot.draft_proposer = dynamic_cast<DraftModelProposer*>(proposer);
+  slot.feature_proposer = dynamic_cast<FeatureDraftProposer*>(proposer);
   slot.policy = options.policy;
   if (options.policy != nullptr && slot.draft_proposer != nullptr) slot.tree = options.tree;
   slot.fixed_k = options.k;
@@ -179,8 +182,9 @@ int RunGenerate(const GenerateArgs& a) {
 
   // Speculative decoding when a draft model or prompt lookup is asked for.
   const bool speculative = !a.draft.empty() || a.prompt_lookup;
-  std::unique_ptr<LlamaModel> draft;
-  std::unique_ptr<DraftModelProposer> model_proposer;
+  Draft draft;
+  std::unique_ptr<Proposer> draft_proposer;
+  DraftModelProposer* model_proposer = nullptr;  // draft_proposer, when a draft model's
   std::unique_ptr<Proposer> lookup_proposer, fallback;
   std::unique_ptr<TreeAcceptance> tree;
   Proposer* proposer = nullptr;
@@ -189,16 +193,21 @@ int RunGenerate(const GenerateArgs& a) {
   SpeculativeOptions spec_opt;
   if (!a.draft.empty()) {
     LoadOptions draft_load = load;
-    draft_load.dtype = "auto";  // --dtype is the target's; a draft's weights stay in cache
-    draft_load.max_model_len = 0;  // its own limit: it stops drafting there
-    Status ds = LlamaModel::Load(a.draft, draft_load, &draft);
-    if (ds.ok()) ds = CheckDraftCompatible(c, draft->config());
+    draft_load.dtype = "auto";  // --dtype is the target's; a draft model's weights stay in cache
+    Status ds = LoadDraft(a.draft, *model, draft_load, &draft);
+    if (ds.ok() && draft.head && a.draft_mode == "tree") {
+      ds = Status::NotSupported("--draft-mode tree with an EAGLE-3 head (it drafts chains)");
+    }
+    if (ds.ok() && draft.head && a.prompt_lookup) {
+      ds = Status::NotSupported(
+          "--prompt-lookup with an EAGLE-3 head in generate (serve has both)");
+    }
     if (!ds.ok()) {
       std::cerr << "specloop generate: --draft: " << ds.ToString() << "\n";
       return 1;
     }
-    model_proposer =
-        std::make_unique<DraftModelProposer>(draft.get(), opt.sampling, a.min_confidence);
+    draft_proposer = NewDraftProposer(draft, opt.sampling, a.min_confidence);
+    model_proposer = dynamic_cast<DraftModelProposer*>(draft_proposer.get());
     if (a.draft_mode == "tree") {
       std::vector<int> branching;
       if (!ParseTreeBranching(a.tree, &branching)) {
@@ -213,14 +222,14 @@ int RunGenerate(const GenerateArgs& a) {
         model_proposer->set_tree_branching(branching);
       }
     }
-    proposer = model_proposer.get();
+    proposer = draft_proposer.get();
   }
   if (a.prompt_lookup) {
     lookup_proposer = std::make_unique<PromptLookupProposer>(c.vocab_size, opt.sampling.greedy());
     proposer = lookup_proposer.get();
   }
-  if (model_proposer && lookup_proposer) {
-    fallback = std::make_unique<FallbackProposer>(lookup_proposer.get(), model_proposer.get());
+  if (draft_proposer && lookup_proposer) {
+    fallback = std::make_unique<FallbackProposer>(lookup_proposer.get(), draft_proposer.get());
     proposer = fallback.get();
   }
   if (speculative) {
@@ -232,7 +241,7 @@ int RunGenerate(const GenerateArgs& a) {
       CalibrationOptions co;
       co.context = std::min<int>(256, prompt.size() + opt.max_tokens / 2);
       co.sampling = opt.sampling;
-      CalibrateStepCosts(*model, draft.get(), policy.options().k_max, &costs, co);
+      CalibrateStepCosts(*model, draft.model.get(), policy.options().k_max, &costs, co);
     } else {
       try {
         spec_opt.k = std::stoi(a.k);

@@ -39,7 +39,7 @@ int64_t PhysicalMemoryBytes() {
 }
 }  // namespace
 
-Scheduler::Scheduler(const LlamaModel* target, std::unique_ptr<LlamaModel> draft,
+Scheduler::Scheduler(const LlamaModel* target, Draft draft,
                      const Tokenizer* tokenizer, ServingMetrics* metrics,
                      SampleLogger* sample_logger, const SchedulerOptions& options)
     : target_(target),
@@ -54,7 +54,8 @@ Scheduler::Scheduler(const LlamaModel* target, std::unique_ptr<LlamaModel> draft
     step_rows_ = std::max(step_rows_, shape.Nodes(step_rows_));
   }
   const int64_t per_block =
-      target_->CacheBlockBytes() + (draft_ && options_.k != 0 ? draft_->CacheBlockBytes() : 0);
+      target_->CacheBlockBytes() +
+      (draft_.model && options_.k != 0 ? draft_.model->CacheBlockBytes() : 0);
   if (options_.kv_cache_mb > 0) {
     pool_blocks_ = static_cast<int64_t>(options_.kv_cache_mb * (1 << 20) / per_block);
   } else {
@@ -73,7 +74,10 @@ Scheduler::Scheduler(const LlamaModel* target, std::unique_ptr<LlamaModel> draft
 Scheduler::~Scheduler() { Stop(); }
 
 Status Scheduler::Start() {
-  if (options_.k != 0 && !draft_) return Status::InvalidArgument("speculation needs a draft");
+  if (options_.k > 0 && !draft_) return Status::InvalidArgument("a fixed --k needs a draft");
+  if (options_.k < 0 && !draft_ && !options_.tree_branching.empty()) {
+    return Status::InvalidArgument("token trees need a draft model");
+  }
   if (options_.max_batch < 1) return Status::InvalidArgument("max_batch must be >= 1");
   if (options_.kv_cache_mb <= 0 &&
       pool_blocks_ < KVBlockPool::BlocksFor(StepPositions(target_->config().max_model_len)) + 1) {
@@ -90,8 +94,8 @@ Status Scheduler::Start() {
                                    " positions: too few for any request");
   }
   target_pool_ = target_->NewBlockPool(pool_blocks_, options_.prefix_caching);
-  if (draft_ && options_.k != 0) {
-    draft_pool_ = draft_->NewBlockPool(pool_blocks_, options_.prefix_caching);
+  if (draft_.model && options_.k != 0) {
+    draft_pool_ = draft_.model->NewBlockPool(pool_blocks_, options_.prefix_caching);
   }
   metrics_->SetKvCache(0, pool_blocks_, KVBlockPool::kBlockTokens);
   try {
@@ -150,7 +154,7 @@ int Scheduler::waiting() const {
 void Scheduler::Calibrate() {
   CalibrationOptions co;
   co.max_batch = options_.max_batch;
-  CalibrateStepCosts(*target_, draft_.get(), options_.policy.k_max, &costs_, co);
+  CalibrateStepCosts(*target_, draft_.model.get(), options_.policy.k_max, &costs_, co);
 }
 
 SpeculationPolicy* Scheduler::PolicyFor(const std::string& label, uint64_t draft_version) {
@@ -199,25 +203,35 @@ void Scheduler::Loop() {
 
 void Scheduler::InstallDraft(DraftCandidate candidate) {
   const uint64_t version = candidate.version;
-  Status s = candidate.model ? CheckDraftCompatible(target_->config(), candidate.model->config())
-                             : Status::InvalidArgument("no model");
+  Draft& next = candidate.draft;
+  Status s = !next ? Status::InvalidArgument("no draft")
+             : !draft_ && next.model
+                 ? Status::InvalidArgument("a server started without a draft takes heads only")
+             : draft_ && std::string(next.kind()) != draft_.kind()
+                 ? Status::InvalidArgument(std::string("a draft of kind ") + next.kind() +
+                                           " cannot replace one of kind " + draft_.kind())
+             : next.model ? CheckDraftCompatible(target_->config(), next.model->config())
+             : &next.head->target() != target_
+                 ? Status::InvalidArgument("a head loaded for another target")
+                 : Status::OK();
   if (s.ok() && options_.k != 0) {
     // The old draft's cached keys and values are not the new one's: a pool of the new shape,
     // or the same pool emptied of cached prefixes once every cache has left it.
     std::shared_ptr<KVBlockPool> pool = draft_pool_;
-    if (!(pool->shape() == candidate.model->CacheShape())) {
-      pool = candidate.model->NewBlockPool(pool_blocks_, options_.prefix_caching);
+    if (next.model && !(pool->shape() == next.model->CacheShape())) {
+      pool = next.model->NewBlockPool(pool_blocks_, options_.prefix_caching);
     }
     auto swap = [&](Sequence* seq) {
       DecodeSlot& slot = seq->slot;
-      if (slot.draft_proposer) slot.draft_proposer->SetDraft(candidate.model.get(), pool);
+      if (slot.draft_proposer) slot.draft_proposer->SetDraft(next.model.get(), pool);
+      if (slot.feature_proposer) slot.feature_proposer->SetHead(next.head.get());
       seq->draft_version = version;  // reported in the response (the record keeps its start)
       if (slot.policy) slot.policy = PolicyFor(seq->series->label, version);
       if (slot.tree) slot.tree = TreeFor(seq->series->label, version);
     };
     for (auto& seq : active_) swap(seq.get());
     for (auto& seq : preempted_) swap(seq.get());
-    draft_pool_->DropCached();
+    if (draft_pool_) draft_pool_->DropCached();
     draft_pool_ = pool;
     // Acceptance is per draft version: the old version's estimates go.
     for (auto it = policies_.begin(); it != policies_.end();) {
@@ -226,7 +240,7 @@ void Scheduler::InstallDraft(DraftCandidate candidate) {
     for (auto it = trees_.begin(); it != trees_.end();) {
       it = it->first.second == version ? std::next(it) : trees_.erase(it);
     }
-    draft_ = std::move(candidate.model);  // the old draft is no longer referenced
+    draft_ = std::move(next);  // the old draft is no longer referenced
     draft_version_ = version;
     metrics_->SetDraftVersion(version);
     metrics_->ObserveSwap();
@@ -286,13 +300,13 @@ void Scheduler::Admit() {
     }
     try {
       DecodeSlot& slot = seq->slot;
-      if (options_.k == 0) {
+      if (options_.k == 0 || !draft_) {  // (without a draft yet: model-free blocks only)
         seq->proposer = std::make_unique<NullProposer>();
+        slot.can_draft = false;
       } else {
-        auto dp = std::make_unique<DraftModelProposer>(draft_.get(), p.generate.sampling, 0.0f,
-                                                       draft_pool_);
-        slot.draft_proposer = dp.get();
-        seq->proposer = std::move(dp);
+        seq->proposer = NewDraftProposer(draft_, p.generate.sampling, 0.0f, draft_pool_);
+        slot.draft_proposer = dynamic_cast<DraftModelProposer*>(seq->proposer.get());
+        slot.feature_proposer = dynamic_cast<FeatureDraftProposer*>(seq->proposer.get());
       }
       slot.fixed_k = std::max(0, options_.k);
       if (options_.k < 0) slot.policy = PolicyFor(seq->series->label, draft_version_);
@@ -472,7 +486,7 @@ double Scheduler::TakePrefillChunks(const std::vector<Sequence*>& prefilling, in
   }
   if (!draft_inputs.empty()) {
     try {
-      draft_->Forward(draft_inputs);
+      draft_.model->Forward(draft_inputs);
     } catch (const std::exception& e) {  // the batch's forward touched them all
       for (Sequence* seq : drafted) {
         metrics_->ObserveSchedulerError();
@@ -502,6 +516,10 @@ double Scheduler::TakePrefillChunks(const std::vector<Sequence*>& prefilling, in
     }
     chunks->inputs.push_back(std::move(in));
     chunked->push_back(p.seq);
+    // A feature draft reads the target's features of every prompt position.
+    if (p.seq->slot.feature_proposer != nullptr) {
+      chunks->feature_layers = p.seq->slot.feature_proposer->feature_layers();
+    }
   }
   return seconds;
 }
@@ -560,6 +578,13 @@ void Scheduler::Step() {
     }
   } else {
     for (size_t i = 0; i < chunked.size(); ++i) {
+      if (chunks.hidden[i].defined()) {
+        const int64_t n = chunks.hidden[i].size(0);
+        chunked[i]->decoder->PrefillFeatures(chunked[i]->decoder->prefilled() - n,
+                                             chunks.hidden[i]);
+      }
+    }
+    for (size_t i = 0; i < chunked.size(); ++i) {
       Sequence* seq = chunked[i];
       if (seq->trace == nullptr || seq->chunk_first >= seq->prompt_logged_to) continue;
       sample_logger_->AddPromptRows(seq->trace, static_cast<uint32_t>(seq->chunk_first),
@@ -588,15 +613,16 @@ void Scheduler::Step() {
       const int drafted = static_cast<int>(seq->decoder->draft().tokens.size());
       const int accepted = seq->decoder->last_accepted();
       const SpeculativeDecoder::OptimalAcceptance& optimal = seq->decoder->last_optimal();
-      const bool tree = seq->decoder->draft().is_tree();
-      if (tree || slot->used_suffix) {
+      const bool tree = slot->kind == BlockKind::kTree;
+      const bool lookup = slot->kind == BlockKind::kLookup;
+      if (tree || IsModelFree(slot->kind)) {
         using Block = ServingMetrics::Block;
-        const Block block = tree ? Block::kTree : slot->used_lookup ? Block::kLookup : Block::kSuffix;
+        const Block block = tree ? Block::kTree : lookup ? Block::kLookup : Block::kSuffix;
         metrics_->ObserveBlockStep(seq->series, block, drafted, accepted,
                                    static_cast<int>(slot->emitted.size()));
-        SpeculativeUsage::Suffix& usage = tree                ? seq->tree_usage
-                                          : slot->used_lookup ? seq->lookup_usage
-                                                              : seq->suffix_usage;
+        SpeculativeUsage::Suffix& usage = tree     ? seq->tree_usage
+                                          : lookup ? seq->lookup_usage
+                                                   : seq->suffix_usage;
         usage.steps++;
         usage.drafted += drafted;
         usage.accepted += accepted;
@@ -608,7 +634,7 @@ void Scheduler::Step() {
       }
       metrics_->ObserveDecodeTime(seq->series, step_seconds,
                                   static_cast<int>(slot->emitted.size()), plain_step_seconds);
-      if (swap_hook_ && drafted > 0 && !slot->used_suffix && !tree) {
+      if (swap_hook_ && drafted > 0 && !IsModelFree(slot->kind) && !tree) {
         swap_hook_->ObserveAcceptance(draft_version_, seq->series->label, drafted, accepted);
       }
       if (drafted > 0 && slot->draft_seconds > 0) {

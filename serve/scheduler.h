@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/engine/decode_step.h"
+#include "common/engine/draft.h"
 #include "common/model/llama_model.h"
 #include "common/spec/proposer.h"
 #include "common/spec/speculation_policy.h"
@@ -99,8 +100,9 @@ struct Sequence;
 class Scheduler {
  public:
   // `target`, `tokenizer`, `metrics` (required) and `sample_logger` (null: no logging) are not
-  // owned and must outlive the scheduler. `draft` may be null only when options.k == 0.
-  Scheduler(const LlamaModel* target, std::unique_ptr<LlamaModel> draft,
+  // owned and must outlive the scheduler. `draft` (a model or an EAGLE-3 head of `target`) may
+  // be empty only when options.k == 0; a later draft (hot swap) must be of the same kind.
+  Scheduler(const LlamaModel* target, Draft draft,
             const Tokenizer* tokenizer, ServingMetrics* metrics, SampleLogger* sample_logger,
             const SchedulerOptions& options);
   // Stop().
@@ -156,7 +158,7 @@ class Scheduler {
   TreeAcceptance* TreeFor(const std::string& domain_label, uint64_t draft_version);
 
   const LlamaModel* target_;
-  std::unique_ptr<LlamaModel> draft_;  // owned by the scheduler thread after Start()
+  Draft draft_;  // owned by the scheduler thread after Start()
   const Tokenizer* tokenizer_;
   ServingMetrics* metrics_;
   SampleLogger* sample_logger_;

@@ -104,15 +104,19 @@ int RunServe(const ServeArgs& a) {
   load.device = a.device;
   load.dtype = a.dtype;
   load.max_model_len = a.max_model_len;
-  std::unique_ptr<LlamaModel> target, draft;
+  std::unique_ptr<LlamaModel> target;
+  Draft draft;
   std::unique_ptr<Tokenizer> tokenizer;
   Status s = LlamaModel::Load(a.target, load, &target);
   if (s.ok()) s = Tokenizer::Load(a.target, &tokenizer);
   LoadOptions draft_load = load;
-  draft_load.dtype = "auto";  // --dtype is the target's; a draft's weights stay in cache
-  draft_load.max_model_len = 0;  // its own limit: it stops drafting there
-  if (s.ok()) s = LlamaModel::Load(a.draft, draft_load, &draft).Annotate("--draft");
-  if (s.ok()) s = CheckDraftCompatible(target->config(), draft->config()).Annotate("--draft");
+  draft_load.dtype = "auto";  // --dtype is the target's; a draft model's weights stay in cache
+  if (s.ok() && !a.draft.empty()) {
+    s = LoadDraft(a.draft, *target, draft_load, &draft).Annotate("--draft");
+  }
+  if (s.ok() && a.draft.empty() && k > 0) {
+    s = Status::InvalidArgument("--k " + a.k + " needs a --draft");
+  }
   // The chat template: --chat-template FILE (Jinja source, with the target's special tokens),
   // else the target directory's own, else the plain default.
   std::unique_ptr<ChatTemplate> chat_template;
@@ -190,7 +194,7 @@ int RunServe(const ServeArgs& a) {
     wo.load.device = a.device;
     wo.initial_draft_dir = a.draft;
     Status ws = mkdir(wo.staging_dir.c_str(), 0755) == 0 || errno == EEXIST
-                    ? DraftSwapper::Start(&zmq_context, wo, target->config(), metrics.get(),
+                    ? DraftSwapper::Start(&zmq_context, wo, *target, metrics.get(),
                                           &swapper)
                     : Status::IOError("cannot create " + wo.staging_dir);
     if (!ws.ok()) {
@@ -271,7 +275,9 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with speculation");
   auto a = std::make_shared<ServeArgs>();
   cmd->add_option("--target", a->target, "target model directory")->required();
-  cmd->add_option("--draft", a->draft, "draft model directory")->required();
+  cmd->add_option("--draft", a->draft,
+                  "draft: a model directory, or an EAGLE-3 head (LlamaForCausalLMEagle3); "
+                  "none: plain decoding and suffix blocks until the trainer publishes a head");
   cmd->add_option("--host", a->host, "bind address")->capture_default_str();
   cmd->add_option("--port", a->port, "port (0 = any free port)")->capture_default_str();
   cmd->add_option("--buffer", a->buffer, "replay buffer directory (logging on)");

@@ -13,6 +13,12 @@
 // cleanly. Ports given as 0 are chosen once at start and kept across restarts. With
 // --no-train only the server runs, with its draft fixed.
 //
+// Without --draft the servers start at once with none (plain decoding and suffix blocks), and
+// the trainer grows an EAGLE-3 head from the target: `specloop draft init` writes the first
+// one to DATA/head-init (once; a restarted `up` resumes from the trainer's checkpoints), the
+// trainer distils it on the traffic, and its gate publishes the first version that it finds
+// faster than plain decoding; the servers then hot-swap it in.
+//
 // A fleet on one machine (--workers N > 1, or --redis): N servers (`--worker-id i`, so their
 // metrics carry worker="i"), each with its own buffer and a shipper (`specloop buffer ship`)
 // into a Redis stream, one ingester (`specloop buffer ingest`) that writes the stream into
@@ -36,6 +42,7 @@
 // servers split every other core this process may run on, at least one each (on 2 cores: 1
 // and 1); with --no-train the servers split every core.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -79,6 +86,24 @@ bool HasOption(const std::vector<std::string>& args, const std::string& name) {
   return false;
 }
 
+// Runs argv (argv[0] a path) to its end; returns its exit status (-1: it could not run).
+int RunAndWait(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 // `name`'s path on $PATH, or empty.
 std::string FindOnPath(const std::string& name) {
   const char* path = std::getenv("PATH");
@@ -119,6 +144,7 @@ int RunUp(UpArgs a) {
   while (a.data.size() > 1 && a.data.back() == '/') a.data.pop_back();
   const std::string buffer = a.data + "/buffer", checkpoints = a.data + "/checkpoints";
   std::vector<std::string> dirs = {a.data, checkpoints};
+  const bool grow_head = a.draft.empty();  // no draft: a feature draft from the target
   if (!fleet) dirs.push_back(a.data + "/drafts");
   for (int i = 1; fleet && i <= a.workers; ++i) {
     dirs.push_back(a.data + "/worker-" + std::to_string(i));
@@ -152,6 +178,23 @@ int RunUp(UpArgs a) {
     }
   }
   if (!redis_server.empty()) a.redis = "127.0.0.1:" + std::to_string(redis_port);
+  // The trainer's draft: the given one, or a head grown from the target (initialized once).
+  std::string train_draft = a.draft;
+  if (grow_head && !a.no_train) {
+    train_draft = a.data + "/head-init";
+    struct stat st;
+    if (stat((train_draft + "/config.json").c_str(), &st) != 0) {
+      std::printf("specloop up: no --draft: initializing a feature draft from the target into "
+                  "%s\n", train_draft.c_str());
+      std::fflush(stdout);
+      const int rc =
+          RunAndWait({exe, "draft", "init", "--target", a.target, "--out", train_draft});
+      if (rc != 0) {
+        std::cerr << "specloop up: specloop draft init failed (exit " << rc << ")\n";
+        return 1;
+      }
+    }
+  }
   const std::string pub = "tcp://127.0.0.1:" + std::to_string(a.trainer_pub_port);
   const std::string router = "tcp://127.0.0.1:" + std::to_string(a.trainer_router_port);
 
@@ -177,10 +220,10 @@ int RunUp(UpArgs a) {
     const std::string dir = fleet ? a.data + "/worker-" + std::to_string(i) : a.data;
     ChildSpec serve;
     serve.name = fleet ? "serve-" + std::to_string(i) : "serve";
-    serve.argv = {exe,       "serve",    "--target",  a.target,
-                  "--draft", a.draft,    "--host",    a.host,
-                  "--port",  std::to_string(ports[i - 1]), "--buffer", dir + "/buffer",
+    serve.argv = {exe,      "serve",  "--target", a.target, "--host", a.host,
+                  "--port", std::to_string(ports[i - 1]), "--buffer", dir + "/buffer",
                   "--dtype", a.dtype};
+    if (!a.draft.empty()) serve.argv.insert(serve.argv.end(), {"--draft", a.draft});
     if (!HasOption(a.serve_args, "--generation-config")) {
       serve.argv.insert(serve.argv.end(), {"--generation-config", a.generation_config});
     }
@@ -233,11 +276,12 @@ int RunUp(UpArgs a) {
   if (!a.no_train) {
     ChildSpec train;
     train.name = "train";
-    train.argv = {exe,           "train",     "--draft",        a.draft,
+    train.argv = {exe,           "train",     "--draft",        train_draft,
                   "--buffer",    buffer,      "--checkpoints",  checkpoints,
                   "--pub",       pub,         "--router",       router,
                   "--metrics-port", std::to_string(a.trainer_metrics_port)};
     if (!HasOption(a.train_args, "--threads")) train.argv.push_back("--threads=1");
+    if (grow_head) train.argv.insert(train.argv.end(), {"--target", a.target});
     train.argv.insert(train.argv.end(), a.train_args.begin(), a.train_args.end());
     train.ready_text = "specloop train: live draft";
     sup.Add(std::move(train));
@@ -273,7 +317,9 @@ void AddUpCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("up", "run the server and the trainer together (one command)");
   auto a = std::make_shared<UpArgs>();
   cmd->add_option("--target", a->target, "target model directory")->required();
-  cmd->add_option("--draft", a->draft, "initial draft model directory")->required();
+  cmd->add_option("--draft", a->draft,
+                  "initial draft: a model or an EAGLE-3 head directory (none: serve at once "
+                  "without one, and grow a feature draft from the target)");
   cmd->add_option("--data", a->data, "data dir: buffer, checkpoints, fetched drafts")
       ->capture_default_str();
   cmd->add_option("--host", a->host, "the server's bind address")->capture_default_str();

@@ -12,6 +12,7 @@ size_t SafetensorsElementBytes(const std::string& dtype) {
   if (dtype == "F32" || dtype == "I32") return 4;
   if (dtype == "F16" || dtype == "BF16") return 2;
   if (dtype == "I64") return 8;
+  if (dtype == "BOOL") return 1;  // EAGLE-3 heads' t2d
   return 0;
 }
 

@@ -14,7 +14,7 @@ namespace specloop {
 
 struct SafetensorsEntry {
   std::string name;
-  std::string dtype;           // one of F32, F16, BF16, I32, I64
+  std::string dtype;           // one of F32, F16, BF16, I32, I64, BOOL
   size_t element_bytes = 0;    // 4, 2, 2, 4, 8
   std::vector<int64_t> shape;  // every dimension >= 0
   // The tensor's bytes are data[begin, end) of the data section (after the header).

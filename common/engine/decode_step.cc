@@ -99,8 +99,7 @@ bool TakeModelFreeBlock(const StepCostTable& costs, int batch, int64_t context,
   *decoder.mutable_draft() = std::move(take->block);
   decoder.EndPropose();
   slot->k = static_cast<int>(decoder.draft().tokens.size());
-  slot->used_suffix = true;
-  slot->used_lookup = take->lookup;
+  slot->kind = take->lookup ? BlockKind::kLookup : BlockKind::kSuffix;
   slot->used_acceptance = take->acceptance;
   slot->suffix_bucket = take->bucket;
   return true;
@@ -131,8 +130,10 @@ void ChooseTree(const StepCostTable& costs, int batch, int64_t context, DecodeSl
                                        slot->policy->ExpectedRate(costs, 0, batch, context));
     take = best_rate > chain_rate || ++tree.lost % TreeAcceptance::kProbeInterval == 0;
   }
-  slot->used_tree = take;
-  if (take) slot->k = best;
+  if (take) {
+    slot->kind = BlockKind::kTree;
+    slot->k = best;
+  }
   DraftModelProposer& proposer = *slot->draft_proposer;
   if (take == proposer.tree_branching().empty()) {  // switching between chains and trees
     proposer.set_tree_branching(take ? tree.branching : std::vector<int>());
@@ -140,6 +141,19 @@ void ChooseTree(const StepCostTable& costs, int batch, int64_t context, DecodeSl
 }
 
 }  // namespace
+
+const char* BlockKindName(BlockKind kind) {
+  switch (kind) {
+    case BlockKind::kNone: return "none";
+    case BlockKind::kDraftModel: return "draft";
+    case BlockKind::kFeatureDraft: return "feature";
+    case BlockKind::kTree: return "tree";
+    case BlockKind::kSuffix: return "suffix";
+    case BlockKind::kLookup: return "lookup";
+    case BlockKind::kProposer: return "proposer";
+  }
+  return "?";
+}
 
 int TreeAcceptance::Nodes(int depth) const {
   int nodes = 0, level = 1;
@@ -167,11 +181,10 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   const int batch = static_cast<int>(slots.size());
   // 1-2. Each sequence's k, then its drafts: the model-drafting ones in one batch.
   std::vector<DraftModelProposer::BatchItem> items;
+  std::vector<FeatureDraftProposer::BatchItem> feature_items;
   for (DecodeSlot* slot : slots) {
     slot->k = 0;
-    slot->used_suffix = false;
-    slot->used_lookup = false;
-    slot->used_tree = false;
+    slot->kind = BlockKind::kNone;
     slot->used_acceptance = nullptr;
     slot->emitted.clear();
     slot->error.clear();
@@ -181,8 +194,10 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       const std::vector<int>& tokens = decoder.tokens();
       if (slot->policy != nullptr) {
         const int64_t context = static_cast<int64_t>(tokens.size()) - 1;
-        slot->k = slot->policy->ChooseK(*costs, batch, context,
-                                        slot->proposer->CatchUpTokens(tokens), decoder.remaining());
+        slot->k = slot->can_draft ? slot->policy->ChooseK(*costs, batch, context,
+                                                          slot->proposer->CatchUpTokens(tokens),
+                                                          decoder.remaining())
+                                  : 0;
         if ((slot->suffix != nullptr || slot->lookup != nullptr) &&
             TakeModelFreeBlock(*costs, batch, context, slot)) {
           continue;
@@ -193,9 +208,18 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       } else {
         slot->k = slot->fixed_k;
       }
+      if (slot->k > 0 && slot->kind == BlockKind::kNone) {
+        slot->kind = slot->draft_proposer != nullptr     ? BlockKind::kDraftModel
+                     : slot->feature_proposer != nullptr ? BlockKind::kFeatureDraft
+                                                         : BlockKind::kProposer;
+      }
       if (slot->draft_proposer != nullptr) {
         const int k = decoder.BeginPropose(slot->k);
         items.push_back({slot->draft_proposer, &decoder.tokens(), k, decoder.mutable_draft()});
+      } else if (slot->feature_proposer != nullptr) {
+        const int k = decoder.BeginPropose(slot->k);
+        feature_items.push_back(
+            {slot->feature_proposer, &decoder.tokens(), k, decoder.mutable_draft()});
       } else {
         decoder.Propose(slot->k);
       }
@@ -207,7 +231,16 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     DraftModelProposer::ProposeBatch(items);
   } catch (const std::exception& e) {  // the batch's draft forwards touched them all
     for (DecodeSlot* slot : slots) {
-      if (slot->draft_proposer != nullptr && !slot->used_suffix && slot->error.empty()) {
+      if (slot->draft_proposer != nullptr && !IsModelFree(slot->kind) && slot->error.empty()) {
+        FailSlot(slot, "draft failed", e);
+      }
+    }
+  }
+  try {
+    FeatureDraftProposer::ProposeBatch(feature_items);
+  } catch (const std::exception& e) {  // likewise the head's forwards
+    for (DecodeSlot* slot : slots) {
+      if (slot->feature_proposer != nullptr && !IsModelFree(slot->kind) && slot->error.empty()) {
         FailSlot(slot, "draft failed", e);
       }
     }
@@ -216,15 +249,23 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   // 3. One target forward over every sequence still in the step.
   std::vector<DecodeSlot*> live;
   std::vector<ForwardInput> inputs;
+  std::vector<int> layers;  // the features a feature draft reads (one head per step)
   std::vector<size_t> offsets;
   size_t rows = 0;
   double attended = 0;  // cached tokens the rows attend to, summed over the rows
   for (DecodeSlot* slot : slots) {
     if (!slot->error.empty()) continue;
     SpeculativeDecoder& decoder = *slot->decoder;
-    if (slot->draft_proposer != nullptr && !slot->used_suffix) decoder.EndPropose();
-    if (!decoder.draft().is_tree()) slot->used_tree = false;  // dropped: did not fit
-    slot->draft_seconds = slot->used_suffix ? 0.0 : slot->proposer->last_propose_seconds();
+    const bool batched = slot->draft_proposer != nullptr || slot->feature_proposer != nullptr;
+    if (batched && !IsModelFree(slot->kind)) decoder.EndPropose();
+    if (decoder.draft().tokens.empty()) slot->kind = BlockKind::kNone;  // dropped, or none
+    if (decoder.draft().is_tree()) {  // chosen, or a fixed k's proposer drafts trees
+      slot->kind = BlockKind::kTree;
+    } else if (slot->kind == BlockKind::kTree) {  // dropped: did not fit
+      slot->kind = BlockKind::kDraftModel;
+    }
+    if (slot->feature_proposer != nullptr) layers = slot->feature_proposer->feature_layers();
+    slot->draft_seconds = IsModelFree(slot->kind) ? 0.0 : slot->proposer->last_propose_seconds();
     slot->start_pos = static_cast<uint32_t>(decoder.tokens().size());
     ForwardInput in = decoder.TargetInput();
     const size_t n = in.tokens.size();
@@ -237,10 +278,14 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   }
   const size_t decode_rows = rows;
   std::vector<int64_t> chunk_rows;  // logits rows of each prompt chunk
+  std::vector<int64_t> chunk_tokens;
   if (prefill != nullptr) {
     prefill->error.clear();
     prefill->logits.clear();
+    prefill->hidden.clear();
+    if (layers.empty()) layers = prefill->feature_layers;
     for (ForwardInput& chunk : prefill->inputs) {
+      chunk_tokens.push_back(chunk.tokens.size());
       chunk_rows.push_back(!chunk.logit_rows.empty()
                                ? static_cast<int64_t>(chunk.logit_rows.size())
                                : chunk.all_logits ? static_cast<int64_t>(chunk.tokens.size()) : 1);
@@ -252,10 +297,11 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     prefill->inputs.clear();
   }
   if (inputs.empty()) return;
-  at::Tensor logits;
+  at::Tensor logits, hidden;
   const auto t0 = Clock::now();
   try {
-    logits = target.Forward(inputs).to(at::kCPU).contiguous();
+    logits = layers.empty() ? target.Forward(inputs) : target.Forward(inputs, layers, &hidden);
+    logits = logits.to(at::kCPU).contiguous();
   } catch (const std::exception& e) {
     for (DecodeSlot* slot : live) FailSlot(slot, "target forward failed", e);
     if (prefill != nullptr && inputs.size() > live.size()) {
@@ -268,6 +314,11 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     int64_t at = static_cast<int64_t>(decode_rows);  // after the decoding sequences' rows
     for (const int64_t n : chunk_rows) {
       prefill->logits.push_back(logits.narrow(0, at, n));
+      at += n;
+    }
+    at = static_cast<int64_t>(decode_rows);  // every token of a chunk has a feature row
+    for (const int64_t n : chunk_tokens) {
+      prefill->hidden.push_back(hidden.defined() ? hidden.narrow(0, at, n) : at::Tensor());
       at += n;
     }
   }
@@ -287,7 +338,9 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     try {
       const at::Tensor mine = logits.narrow(0, offsets[i], n);
       const auto c0 = Clock::now();
-      slot->emitted = slot->decoder->Commit(mine);
+      // Decoding inputs ask every row's logits: their feature rows are the same rows.
+      slot->emitted = slot->decoder->Commit(
+          mine, hidden.defined() ? hidden.narrow(0, offsets[i], n) : at::Tensor());
       if (slot->on_commit) slot->on_commit(*slot, mine);
       verify_s += SecondsSince(c0);
     } catch (const std::exception& e) {
@@ -295,7 +348,7 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       continue;
     }
     const int drafted = static_cast<int>(slot->decoder->draft().tokens.size());
-    if (slot->used_tree) {
+    if (slot->kind == BlockKind::kTree && slot->tree != nullptr) {  // (a fixed k's: as chains)
       // Its acceptance per depth; its level forwards price both trees and batched chains (a
       // draft forward over that many new rows).
       slot->tree->alpha.Observe(slot->k, slot->decoder->last_accepted());
@@ -309,7 +362,7 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       }
       continue;
     }
-    if (slot->used_suffix) {
+    if (IsModelFree(slot->kind)) {
       slot->used_acceptance->by_match[slot->suffix_bucket].Observe(
           drafted, slot->decoder->last_accepted());
       continue;  // no draft forward, no catch-up: nothing of the draft's to measure

@@ -8,8 +8,11 @@
 //      token tree where it promises more than that k. The choice reads the context and past
 //      steps only, so verification stays exact;
 //   2. drafts: the sequences that draft with a model together (DraftModelProposer::ProposeBatch:
-//      one batched draft forward per drafted position), the others through their proposer;
-//   3. runs ONE target forward over every sequence's pending token and drafts;
+//      one batched draft forward per drafted position), those that draft from the target's
+//      features likewise (FeatureDraftProposer::ProposeBatch), the others through their
+//      proposer; the slot's `kind` names the plan taken;
+//   3. runs ONE target forward over every sequence's pending token and drafts (returning the
+//      features a feature draft reads, when a slot has one);
 //   4. verifies each sequence's rows (SpeculativeDecoder::Commit, exact) and calls its
 //      `on_commit` (the server's sample logger), inside the step's timing;
 //   5. feeds the measured costs to the table (the forward with its verification by rows and
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "common/engine/draft_model_proposer.h"
+#include "common/engine/feature_draft_proposer.h"
 #include "common/engine/speculative_decoder.h"
 #include "common/spec/acceptance_estimator.h"
 #include "common/spec/prompt_lookup_proposer.h"
@@ -83,12 +87,33 @@ struct TreeAcceptance {
   int64_t lost = 0;
 };
 
+// Where a step's block came from: the plan DecodeStep chose for a sequence.
+enum class BlockKind {
+  kNone,          // no block: a plain decoding step (k = 0)
+  kDraftModel,    // a chain from the draft model (DraftModelProposer)
+  kFeatureDraft,  // a chain from the EAGLE-3 head over the target's features
+  kTree,          // a token tree from the draft model
+  kSuffix,        // a model-free block from the domain's earlier requests (SuffixProposer)
+  kLookup,        // a model-free block from the sequence's own context (prompt lookup)
+  kProposer,      // any other proposer's block (DecodeSlot::proposer)
+};
+const char* BlockKindName(BlockKind kind);
+inline bool IsModelFree(BlockKind kind) {
+  return kind == BlockKind::kSuffix || kind == BlockKind::kLookup;
+}
+
 struct DecodeSlot {
   // Set by the caller (not owned).
   SpeculativeDecoder* decoder = nullptr;
   Proposer* proposer = nullptr;                  // the decoder's proposer
   DraftModelProposer* draft_proposer = nullptr;  // = proposer when it drafts with a model
+  // = proposer when it drafts from the target's features (an EAGLE-3 head). Every slot with
+  // one in a step must share its head (the target forward returns its layers' features).
+  FeatureDraftProposer* feature_proposer = nullptr;
   SpeculationPolicy* policy = nullptr;           // null: fixed_k
+  // False while the slot has nothing to draft with (a server that started without a draft and
+  // has none yet): k is 0, and only model-free blocks are on offer.
+  bool can_draft = true;
   int fixed_k = 0;
   // Optional (adaptive k only): a suffix proposer over the domain's earlier requests, and the
   // per-token acceptance of its blocks (its own estimator, not the policy's).
@@ -108,11 +133,9 @@ struct DecodeSlot {
   std::function<void(const DecodeSlot&, const at::Tensor& rows)> on_commit;
 
   // This step's outcome; the block verified is decoder->draft() until the next step.
-  int k = 0;                      // asked
-  bool used_suffix = false;       // the block came from a model-free proposer:
-  bool used_lookup = false;       // ... prompt lookup's (else the suffix proposer's),
-  bool used_tree = false;         // the block is a token tree of depth k
-  SuffixAcceptance* used_acceptance = nullptr;  // ... priced by this acceptance,
+  int k = 0;                      // asked (a tree's: its depth)
+  BlockKind kind = BlockKind::kNone;  // the plan taken (kNone when k is 0)
+  SuffixAcceptance* used_acceptance = nullptr;  // a model-free block: priced by this,
   int suffix_bucket = 0;          // ... from a match of this SuffixAcceptance bucket
   uint32_t start_pos = 0;         // the pending token's position
   double draft_seconds = 0;       // proposer's last_propose_seconds()
@@ -136,6 +159,13 @@ struct PrefillChunks {
   // ForwardInput::logit_rows; else all_logits' every row, else its last row, which nothing
   // reads), views into the step's logits. Empty when the forward failed.
   std::vector<at::Tensor> logits;
+  // Per input, its tokens' features (every row) when the step's forward returned any (a slot
+  // drafts from features: the chunk's sequence should get them, SpeculativeDecoder::
+  // PrefillFeatures); else undefined.
+  std::vector<at::Tensor> hidden;
+  // The target layers to return features of (SpeculativeDecoder::feature_layers() of a chunk's
+  // sequence), when no decoding slot of the step asks for them already.
+  std::vector<int> feature_layers;
   std::string error;  // set when the target forward failed (the chunks are lost)
 };
 

@@ -7,6 +7,7 @@
 
 #include "common/engine/decode_step.h"
 #include "common/engine/draft_model_proposer.h"
+#include "common/engine/feature_draft_proposer.h"
 #include "common/spec/acceptance.h"
 #include "common/spec/optimal_acceptance.h"
 #include "common/spec/rrs.h"
@@ -34,6 +35,7 @@ SpeculativeDecoder::SpeculativeDecoder(const LlamaModel* target, Proposer* propo
                                        bool defer_prefill, std::shared_ptr<KVBlockPool> pool)
     : target_(target),
       proposer_(proposer),
+      features_(dynamic_cast<FeatureDraftProposer*>(proposer)),
       options_(options),
       rng_(options.sampling.seed),
       cache_(pool ? target->NewCache(std::move(pool))
@@ -47,7 +49,24 @@ SpeculativeDecoder::SpeculativeDecoder(const LlamaModel* target, Proposer* propo
   finished_ = options_.max_tokens <= 0;
   AdoptCachedPrefix();
   // Prefill all but the last prompt token: the last one is fed with the first draft block.
-  if (!defer_prefill && prefill_remaining() > 0) target_->Forward({PrefillInput(tokens_.size())});
+  if (!defer_prefill && prefill_remaining() > 0) {
+    const int64_t first = prefilled();
+    if (features_ == nullptr) {
+      target_->Forward({PrefillInput(tokens_.size())});
+    } else {
+      at::Tensor hidden;
+      target_->Forward({PrefillInput(tokens_.size())}, feature_layers(), &hidden);
+      PrefillFeatures(first, hidden);
+    }
+  }
+}
+
+std::vector<int> SpeculativeDecoder::feature_layers() const {
+  return features_ != nullptr ? features_->feature_layers() : std::vector<int>();
+}
+
+void SpeculativeDecoder::PrefillFeatures(int64_t first, const at::Tensor& rows) {
+  if (features_ != nullptr) features_->AddFeatures(first, rows);
 }
 
 void SpeculativeDecoder::AdoptCachedPrefix() {
@@ -183,7 +202,23 @@ void SpeculativeDecoder::VerifyTree(const at::Tensor& logits, spec::ChainOutcome
   }
 }
 
-std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
+std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits, const at::Tensor& hidden) {
+  const int64_t past = cached_.size();
+  std::vector<int64_t> kept;  // rows whose positions the cache keeps, in order
+  std::vector<int> emitted = Verify(logits, &kept);
+  if (features_ != nullptr && hidden.defined()) {
+    const int64_t n = static_cast<int64_t>(cached_.size()) - past;
+    TORCH_CHECK(n <= static_cast<int64_t>(kept.size()), "kept rows out of step");
+    kept.resize(n);
+    if (n > 0) {
+      features_->AddFeatures(
+          past, hidden.index_select(0, at::tensor(kept, at::kLong).to(hidden.device())));
+    }
+  }
+  return emitted;
+}
+
+std::vector<int> SpeculativeDecoder::Verify(const at::Tensor& logits, std::vector<int64_t>* kept) {
   const int V = target_->config().vocab_size;
   const int k = static_cast<int>(draft_.tokens.size());
   spec::ChainOutcome outcome;
@@ -198,6 +233,7 @@ std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
     const int c = logits.size(0) - k;
     for (int row : path) {
       if (row >= c) last_tree_path_.push_back(row - c);
+      kept->push_back(row);
     }
     const int64_t past = cached_.size();
     cache_.KeepPath(past, path);
@@ -238,6 +274,7 @@ std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits) {
     }
   }
 
+  for (int64_t i = 0; i < logits.size(0); ++i) kept->push_back(i);
   // What the target's cache now holds: the catch-up tokens and the whole draft block.
   cached_.insert(cached_.end(), tokens_.begin() + cached_.size(), tokens_.end());
   cached_.insert(cached_.end(), draft_.tokens.begin(), draft_.tokens.end());
@@ -304,6 +341,7 @@ SpeculativeGeneration::SpeculativeGeneration(const LlamaModel& target, Proposer*
   slot_->decoder = decoder_.get();
   slot_->proposer = proposer_;
   slot_->draft_proposer = dynamic_cast<DraftModelProposer*>(proposer_);
+  slot_->feature_proposer = dynamic_cast<FeatureDraftProposer*>(proposer_);
   slot_->policy = options_.policy;
   if (options_.policy != nullptr && slot_->draft_proposer != nullptr) slot_->tree = options_.tree;
   slot_->fixed_k = options_.k;

@@ -26,6 +26,7 @@
 namespace specloop {
 
 struct DecodeSlot;  // decode_step.h
+class FeatureDraftProposer;  // feature_draft_proposer.h
 
 struct SpeculativeStats {
   int64_t steps = 0;     // verification steps (target forwards after the prompt)
@@ -157,9 +158,21 @@ class SpeculativeDecoder {
   // token down: each node's children by recursive rejection sampling without replacement
   // (greedy: the child equal to the target's argmax), the first miss emitting a recovered
   // token, a leaf a bonus token.
-  std::vector<int> Commit(const at::Tensor& rows);
+  // `hidden`: when the proposer drafts from the target's features (FeatureDraftProposer), the
+  // same forward's features of these rows (LlamaModel::Forward with feature_layers()); those
+  // of the positions the cache keeps go to the proposer.
+  std::vector<int> Commit(const at::Tensor& rows, const at::Tensor& hidden = at::Tensor());
+
+  // The target layers whose inputs the proposer reads (empty: none): every forward of this
+  // sequence should return them, and chunked prefill hand them to PrefillFeatures().
+  std::vector<int> feature_layers() const;
+  // The features of prompt positions [first, first + rows) from a PrefillInput() forward.
+  void PrefillFeatures(int64_t first, const at::Tensor& rows);
 
  private:
+  // Commit's verification; `kept` gets the rows (of `logits`) in the order their positions
+  // follow the cache's committed ones (the first cached_.size() - before of them stay).
+  std::vector<int> Verify(const at::Tensor& logits, std::vector<int64_t>* kept);
   // Tree verification: the outcome, and the new tokens of the forward (catch-up first) whose
   // keys and values stay in the cache.
   void VerifyTree(const at::Tensor& logits, spec::ChainOutcome* outcome, std::vector<int>* path);
@@ -169,6 +182,7 @@ class SpeculativeDecoder {
 
   const LlamaModel* target_;
   Proposer* proposer_;
+  FeatureDraftProposer* features_;  // = proposer_ when it reads the target's features
   GenerateOptions options_;
   Rng rng_;
   KVCache cache_;

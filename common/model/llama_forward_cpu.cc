@@ -14,6 +14,7 @@
 #include "common/kernels/cpu_kernels.h"
 #include "common/kernels/linear_kernels.h"
 #include "common/model/llama_model.h"
+#include "common/model/packed_linear.h"
 #include "common/model/rope.h"
 
 namespace specloop {
@@ -31,15 +32,6 @@ void RmsNormRows(const float* x, const float* w, float* out, int64_t rows, int64
     float* o = out + r * dim;
     for (int64_t i = 0; i < dim; ++i) o[i] = xr[i] * inv * w[i];
   }
-}
-
-// out [M, O] (+)= in [M, K] times weight [O, K] transposed. The intra-op threads split the
-// output panels; a matrix under ~64K weights stays on the calling thread (a fork costs more).
-void Linear(const float* in, int64_t M, const PackedMatrix& w, float* out, bool add) {
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (PackedMatrix::kPanel * w.cols()));
-  at::parallel_for(0, w.panels(), grain, [&](int64_t b, int64_t e) {
-    LinearPacked(in, M, w, out, w.rows(), b, e, add);
-  });
 }
 
 // Row `id` of the embedding table (of `type`), as float32.
@@ -97,20 +89,20 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch,
     max_seen = std::max(max_seen, f.past[s] + f.lengths[s]);
   }
 
-  // The residual stream entering the asked layers, at the returned rows, side by side.
-  const int64_t R = f.out_rows.size(), C = static_cast<int64_t>(layers.size());
-  if (hidden != nullptr) *hidden = at::empty({R, C * Dm}, at::kFloat);
+  // The residual stream entering the asked layers, at every new token, side by side.
+  const int64_t C = static_cast<int64_t>(layers.size());
+  if (hidden != nullptr) *hidden = at::empty({N, C * Dm}, at::kFloat);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     for (int64_t i = 0; i < C; ++i) {
       if (layers[i] != l) continue;
       float* out = hidden->data_ptr<float>() + i * Dm;
-      for (int64_t r = 0; r < R; ++r) {
-        std::memcpy(out + r * C * Dm, xp + f.out_rows[r] * Dm, Dm * sizeof(float));
+      for (int64_t r = 0; r < N; ++r) {
+        std::memcpy(out + r * C * Dm, xp + r * Dm, Dm * sizeof(float));
       }
     }
     const Layer& L = layers_[l];
     RmsNormRows(xp, L.attn_norm.data_ptr<float>(), hp, N, Dm, c.rms_norm_eps);
-    Linear(hp, N, L.qkv_packed, qkv.data(), false);
+    PackedLinear(hp, N, L.qkv_packed, qkv.data(), false);
     float* qkvp = qkv.data();
     if (L.bqkv.defined()) {  // qwen2: q, k and v biases
       const float* bias = L.bqkv.data_ptr<float>();
@@ -204,26 +196,27 @@ at::Tensor LlamaModel::ForwardCpu(const std::vector<ForwardInput>& batch,
         }
       }
     });
-    Linear(ap, N, L.o_packed, xp, true);
+    PackedLinear(ap, N, L.o_packed, xp, true);
 
     RmsNormRows(xp, L.ffn_norm.data_ptr<float>(), hp, N, Dm, c.rms_norm_eps);
-    Linear(hp, N, L.gate_up_packed, gu.data(), false);
+    PackedLinear(hp, N, L.gate_up_packed, gu.data(), false);
     for (int64_t r = 0; r < N; ++r) {
       SiluMul(gu.data() + r * 2 * F, gu.data() + r * 2 * F + F, act.data() + r * F, F);
     }
-    Linear(act.data(), N, L.down_packed, xp, true);
+    PackedLinear(act.data(), N, L.down_packed, xp, true);
   }
   for (size_t s = 0; s < batch.size(); ++s) {
     batch[s].cache->length_ = f.past[s] + f.lengths[s];
   }
 
+  const int64_t R = f.out_rows.size();
   std::vector<float> last(R * Dm);
   for (int64_t r = 0; r < R; ++r) {
     RmsNormRows(xp + f.out_rows[r] * Dm, final_norm_.data_ptr<float>(), last.data() + r * Dm, 1,
                 Dm, c.rms_norm_eps);
   }
   at::Tensor logits = at::empty({R, c.vocab_size}, at::kFloat);
-  Linear(last.data(), R, lm_head_packed_, logits.data_ptr<float>(), false);
+  PackedLinear(last.data(), R, lm_head_packed_, logits.data_ptr<float>(), false);
   return logits;
 }
 

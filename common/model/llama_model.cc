@@ -8,6 +8,7 @@
 #include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
 
+#include "common/model/packed_linear.h"
 #include "common/model/rope.h"
 
 namespace specloop {
@@ -20,23 +21,6 @@ std::string ShapeString(at::IntArrayRef s) {
   return r + "]";
 }
 
-Status ParseDtype(const std::string& name, at::ScalarType stored, bool cuda, at::ScalarType* out) {
-  if (name == "auto") {
-    *out = cuda ? stored : at::kFloat;
-  } else if (name == "float32") {
-    *out = at::kFloat;
-  } else if (name == "float16") {
-    *out = at::kHalf;
-  } else if (name == "bfloat16") {
-    *out = at::kBFloat16;
-  } else {
-    return Status::InvalidArgument("unknown dtype " + name);
-  }
-  if (*out != at::kFloat && *out != at::kHalf && *out != at::kBFloat16) {
-    return Status::NotSupported("weights must be float32, float16 or bfloat16");
-  }
-  return Status::OK();
-}
 
 }  // namespace
 
@@ -63,7 +47,7 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
   auto it = tensors.find("model.embed_tokens.weight");
   if (it == tensors.end()) return Status::InvalidArgument("missing tensor model.embed_tokens.weight");
   at::ScalarType dtype;
-  SPECLOOP_RETURN_IF_ERROR(ParseDtype(options.dtype, it->second.scalar_type(), device.is_cuda(),
+  SPECLOOP_RETURN_IF_ERROR(ParseWeightDtype(options.dtype, it->second.scalar_type(), device.is_cuda(),
                                       &dtype));
 
   // Fetches a tensor, checks its shape, and moves it to the compute device and dtype. On CPU
@@ -170,10 +154,7 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
                     at::kFloat)
           .to(device, /*non_blocking=*/false, /*copy=*/true);
   if (device.is_cpu()) {
-    auto pack = [](const at::Tensor& t) {
-      const at::Tensor c = t.contiguous();
-      return PackedMatrix(c.data_ptr(), WeightTypeOf(c), c.size(0), c.size(1));
-    };
+    const auto pack = PackTensor;
     for (Layer& L : m->layers_) {
       L.qkv_packed = pack(L.wqkv);
       L.o_packed = pack(L.wo);
@@ -185,14 +166,6 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
   }
   *out = std::move(m);
   return Status::OK();
-}
-
-WeightType LlamaModel::WeightTypeOf(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kHalf: return WeightType::kFloat16;
-    case at::kBFloat16: return WeightType::kBFloat16;
-    default: return WeightType::kFloat32;
-  }
 }
 
 int64_t LlamaModel::StreamedWeightBytes() const {
@@ -440,10 +413,9 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch,
         at::from_blob(out_rows.data(), {(int64_t)out_rows.size()}, long_opts)
             .to(device(), false, true);
     x = x.index_select(0, rows);
-    for (at::Tensor& h : captured) h = h.index_select(0, rows);
   }
   if (hidden != nullptr) {
-    *hidden = layers.empty() ? at::empty({x.size(0), 0}, x.options().dtype(at::kFloat))
+    *hidden = layers.empty() ? at::empty({N, 0}, x.options().dtype(at::kFloat))
                              : at::cat(captured, 1).to(at::kFloat);
   }
   return at::linear(RmsNorm(x, final_norm_), lm_head_).to(at::kFloat);

@@ -67,6 +67,8 @@ class LlamaModel {
                             const LoadOptions& options, std::unique_ptr<LlamaModel>* out);
 
   const ModelConfig& config() const { return config_; }
+  // The token embedding [vocab, hidden] in the weights' dtype (EAGLE-3 heads read it).
+  const at::Tensor& embedding() const { return embed_; }
   at::Device device() const { return embed_.device(); }
   // The weights' dtype (on CPU, activations are float32 whatever it is).
   at::ScalarType dtype() const { return embed_.scalar_type(); }
@@ -100,10 +102,11 @@ class LlamaModel {
   // gradient reaches the forward that computed it.
   at::Tensor Forward(const std::vector<ForwardInput>& batch) const;
   // The same forward, also returning in *hidden the residual stream entering each layer of
-  // `layers` (Hugging Face's hidden_states[k]; layer 0's is the embedding) at the rows whose
-  // logits are returned: float32 [rows, layers.size() * hidden_size] on the model's device,
-  // the layers side by side in the order given (the features EAGLE-3 draft heads read, at no
-  // extra target work). REQUIRES: 0 <= layers[i] < num_hidden_layers.
+  // `layers` (Hugging Face's hidden_states[k]; layer 0's is the embedding) at every new token
+  // of the batch, whatever logits are asked: float32 [tokens, layers.size() * hidden_size] on
+  // the model's device, the inputs' tokens in order, the layers side by side in the order given
+  // (the features EAGLE-3 draft heads read, at no extra target work: the layers run on every
+  // token anyway). REQUIRES: 0 <= layers[i] < num_hidden_layers.
   at::Tensor Forward(const std::vector<ForwardInput>& batch, const std::vector<int>& layers,
                      at::Tensor* hidden) const;
 
@@ -154,8 +157,6 @@ class LlamaModel {
   // not depend on the rest of the batch.
   at::Tensor ForwardCpu(const std::vector<ForwardInput>& batch, const std::vector<int>& layers,
                         at::Tensor* hidden) const;
-  // The kernels' name for a weight tensor's dtype (float32 unless float16 or bfloat16).
-  static WeightType WeightTypeOf(const at::Tensor& t);
 
   ModelConfig config_;
   at::Tensor embed_;       // [vocab, hidden]

@@ -36,6 +36,7 @@ at::ScalarType DtypeOf(const std::string& name) {
   if (name == "BF16") return at::kBFloat16;
   if (name == "I32") return at::kInt;
   if (name == "I64") return at::kLong;
+  if (name == "BOOL") return at::kBool;
   return at::kFloat;  // "F32": ParseSafetensorsHeader admits no other dtype
 }
 
@@ -46,6 +47,7 @@ const char* DtypeName(at::ScalarType t) {
     case at::kBFloat16: return "BF16";
     case at::kInt: return "I32";
     case at::kLong: return "I64";
+    case at::kBool: return "BOOL";
     default: return nullptr;
   }
 }

@@ -18,8 +18,8 @@ using TensorMap = std::map<std::string, at::Tensor>;
 
 // Maps `path` and fills `out` with one CPU tensor per entry. The tensors view the mapped file
 // (the mapping lives as long as any of them) when their data is suitably aligned, and own a
-// copy otherwise. Supported dtypes: F32, F16, BF16, I32, I64. Every offset and size is checked
-// against the file before any tensor is made: a truncated or inconsistent file gives
+// copy otherwise. Supported dtypes: F32, F16, BF16, I32, I64, BOOL. Every offset and size is
+// checked against the file before any tensor is made: a truncated or inconsistent file gives
 // Corruption, an unknown dtype NotSupported.
 Status ReadSafetensors(const std::string& path, TensorMap* out);
 

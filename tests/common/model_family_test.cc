@@ -135,8 +135,9 @@ TEST(ModelFamilies, AtenForwardAgreesWithTheCpuKernels) {
 
 // The residual stream entering chosen layers (what EAGLE-3 heads read), on both forwards:
 // the logits are those of a plain forward; layer 0's is the embedding; layer k's, through the
-// final norm and lm_head, gives the logits of the model cut to its first k layers; only the
-// returned rows come back; the ATen forward agrees with the CPU kernels.
+// final norm and lm_head, gives the logits of the model cut to its first k layers; every
+// new token's row comes back whatever logits are asked; the ATen forward agrees with the CPU
+// kernels.
 TEST(ModelFamilies, ForwardReturnsTheHiddenStatesEnteringChosenLayers) {
   c10::InferenceMode guard;
   auto model = LoadZoo("qwen3-target");
@@ -188,14 +189,18 @@ TEST(ModelFamilies, ForwardReturnsTheHiddenStatesEnteringChosenLayers) {
                    wk["lm_head.weight"].to(at::kFloat));
     EXPECT_LT((got - want).abs().max().item<double>(), 1e-3) << "layer " << k;
   }
-  // Only the returned rows: logit_rows 3 and 39.
-  ForwardInput some{nullptr, ids, false};
-  some.logit_rows = {3, 39};
-  at::Tensor rows_hidden;
-  run(true, some, &rows_hidden);
-  ASSERT_EQ(rows_hidden.size(0), 2);
-  EXPECT_TRUE(at::equal(rows_hidden[0], hidden[3]));
-  EXPECT_TRUE(at::equal(rows_hidden[1], hidden[39]));
+  // Every new token's row, whatever logits are asked: logit_rows 3 and 39, and the last only.
+  for (const bool cpu_kernels : {true, false}) {
+    ForwardInput some{nullptr, ids, false};
+    some.logit_rows = {3, 39};
+    at::Tensor rows_hidden, last_hidden;
+    EXPECT_EQ(run(cpu_kernels, some, &rows_hidden).size(0), 2);
+    EXPECT_EQ(run(cpu_kernels, {nullptr, ids, false}, &last_hidden).size(0), 1);
+    const at::Tensor& want = cpu_kernels ? hidden : aten_hidden;
+    EXPECT_TRUE(at::equal(rows_hidden, want)) << cpu_kernels;
+    EXPECT_TRUE(at::equal(last_hidden, want)) << cpu_kernels;
+  }
+  model->set_use_small_cpu_path(true);
   EXPECT_THROW(run(true, all, nullptr), c10::Error);  // layers without an output
 }
 

@@ -95,7 +95,7 @@ struct SwapStack {
     wo.staging_dir = staging;
     wo.initial_draft_dir = serve_test::DraftDir();
     wo.rollback_min_steps = rollback_min_steps;
-    EXPECT_TRUE(DraftSwapper::Start(&ctx, wo, target->config(), metrics.get(), &swapper).ok());
+    EXPECT_TRUE(DraftSwapper::Start(&ctx, wo, *target, metrics.get(), &swapper).ok());
     SchedulerOptions so;
     so.k = 4;
     scheduler = std::make_unique<Scheduler>(target.get(), std::move(draft), tokenizer.get(),

@@ -17,11 +17,14 @@
 #include "common/spec/prompt_lookup_proposer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "tests/common/test_models.h"
+#include "tests/spec/exact_law.h"
 #include "tests/spec/stat_util.h"
 
 namespace specloop {
 namespace {
 
+using spec_test::AcceptWithQOverP;
+using spec_test::ExactSequenceLaw;
 using spec_test::GTest;
 using spec_test::kSignificance;
 
@@ -100,30 +103,6 @@ TEST(SpeculativeDecoder, GreedyEqualsPlainGreedyOnEveryDomain) {
   }
 }
 
-// A wrong verifier: accepts with min(1, q/p) instead of min(1, p/q).
-Status AcceptWithQOverP(int k, int vocab, const int* draft, const float* q, const float* p,
-                        Rng* rng, spec::ChainOutcome* out) {
-  out->tokens.clear();
-  for (int i = 0; i < k; ++i) {
-    const float* pi = p + static_cast<size_t>(i) * vocab;
-    const float* qi = q + static_cast<size_t>(i) * vocab;
-    const int x = draft[i];
-    if (rng->Uniform() * pi[x] < qi[x]) {
-      out->tokens.push_back(x);
-      continue;
-    }
-    std::vector<float> residual(vocab);
-    float mass = 0;
-    for (int v = 0; v < vocab; ++v) mass += residual[v] = std::max(0.0f, pi[v] - qi[v]);
-    out->num_accepted = i;
-    out->tokens.push_back(SampleFrom(mass > 0 ? residual.data() : pi, vocab, rng));
-    return Status::OK();
-  }
-  out->num_accepted = k;
-  out->tokens.push_back(SampleFrom(p + static_cast<size_t>(k) * vocab, vocab, rng));
-  return Status::OK();
-}
-
 // A wrong multi-draft verifier: tests each candidate against the original p and q, never
 // moving to the residual distribution between candidates.
 Status NoResidualUpdate(int vocab, const std::vector<int>& drafts, const float* q, const float* p,
@@ -142,34 +121,6 @@ Status NoResidualUpdate(int vocab, const std::vector<int>& drafts, const float* 
   out->token = SampleFrom(mass > 0 ? residual.data() : p, vocab, rng);
   out->accepted_index = -1;
   return Status::OK();
-}
-
-// Exact law of the first `len` generated tokens under the target's processed distributions.
-std::vector<double> ExactSequenceLaw(const LlamaModel& m, const std::vector<int>& prompt, int len,
-                                     const SamplingParams& sp) {
-  const int V = m.config().vocab_size;
-  std::vector<double> law = {1.0};
-  std::vector<std::vector<int>> prefixes = {{}};
-  for (int step = 0; step < len; ++step) {
-    std::vector<double> next;
-    std::vector<std::vector<int>> next_prefixes;
-    for (size_t i = 0; i < prefixes.size(); ++i) {
-      std::vector<int64_t> seq(prompt.begin(), prompt.end());
-      seq.insert(seq.end(), prefixes[i].begin(), prefixes[i].end());
-      KVCache cache = m.NewCache();
-      at::Tensor logits = m.Forward({{&cache, seq, false}});
-      std::vector<float> p;
-      ProcessedDistribution(logits.data_ptr<float>(), V, sp, &p);
-      for (int v = 0; v < V; ++v) {
-        next.push_back(law[i] * p[v]);
-        next_prefixes.push_back(prefixes[i]);
-        next_prefixes.back().push_back(v);
-      }
-    }
-    law = std::move(next);
-    prefixes = std::move(next_prefixes);
-  }
-  return law;  // index = x1 * V^(len-1) + ... + x_len
 }
 
 // The --min-confidence rule before issue 27, kept to show that the exactness test catches it:
@@ -767,8 +718,8 @@ TEST(DecodeStep, TakesATokenTreeWhereItPromisesMoreThanTheChain) {
     for (int i = 0; i < steps; ++i) {
       DecodeStep(*target, &costs, {&slot});
       EXPECT_TRUE(slot.error.empty()) << slot.error;
-      EXPECT_EQ(slot.used_tree, decoder.draft().is_tree());
-      if (slot.used_tree) {
+      EXPECT_EQ(slot.kind == BlockKind::kTree, decoder.draft().is_tree());
+      if (slot.kind == BlockKind::kTree) {
         ++*trees;
         EXPECT_EQ(decoder.draft().tokens.size(),
                   static_cast<size_t>(tree.Nodes(slot.k)));

@@ -1,0 +1,187 @@
+#include "common/engine/feature_draft_proposer.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <c10/core/InferenceMode.h>
+
+namespace specloop {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+FeatureDraftProposer::FeatureDraftProposer(const Eagle3Head* head, const SamplingParams& sampling,
+                                           float min_confidence)
+    : head_(head),
+      sampling_(sampling),
+      min_confidence_(min_confidence),
+      rng_(sampling.seed ^ 0xea61e3f0d4a7ULL),
+      cache_(head->NewCache()) {}
+
+void FeatureDraftProposer::AddFeatures(int64_t first, const at::Tensor& rows) {
+  TORCH_CHECK(rows.dim() == 2 && rows.size(1) == head_->feature_width(), "features of shape ",
+              rows.sizes(), ", the head reads rows of ", head_->feature_width());
+  const int64_t known_end = next_position() + (pending_.defined() ? pending_.size(0) : 0);
+  if (first > known_end || first < base_) {  // a gap, or before the head's context: restart
+    base_ = first;
+    fed_ = 0;
+    cache_.length = 0;
+    pending_ = rows;
+    return;
+  }
+  if (first < next_position()) {  // replaces positions the head ran: roll its cache back
+    fed_ = first - base_;
+    cache_.length = fed_;
+    pending_ = rows;
+    return;
+  }
+  const int64_t keep = first - next_position();  // pending rows before `first`
+  pending_ = keep == 0 || !pending_.defined() ? rows
+                                              : at::cat({pending_.narrow(0, 0, keep), rows}, 0);
+}
+
+void FeatureDraftProposer::SetHead(const Eagle3Head* head) {
+  const bool same_features = head->config().aux_layers == head_->config().aux_layers;
+  head_ = head;
+  cache_ = head->NewCache();
+  base_ = next_position();
+  fed_ = 0;
+  if (!same_features) pending_ = at::Tensor();
+}
+
+int64_t FeatureDraftProposer::CatchUpTokens(const std::vector<int>& context) const {
+  // A block runs the positions verified since the last one: at most its tokens and the
+  // pending one's.
+  const int64_t rows = static_cast<int64_t>(context.size()) - 1 - next_position();
+  return rows > last_block_ + 1 ? rows : 0;
+}
+
+int FeatureDraftProposer::Draw(const float* row, DraftBlock* out) {
+  const int Vd = head_->draft_vocab_size(), V = head_->config().layer.vocab_size;
+  int d;
+  if (sampling_.greedy()) {
+    d = Argmax(row, Vd);
+    if (min_confidence_ > 0.0f) {
+      Softmax(row, Vd, &scratch_);
+      if (scratch_[d] < min_confidence_) return -1;
+    }
+  } else {
+    ProcessedDistribution(row, Vd, sampling_, &scratch_);
+    if (min_confidence_ > 0.0f &&
+        *std::max_element(scratch_.begin(), scratch_.end()) < min_confidence_) {
+      return -1;
+    }
+    d = SampleFrom(scratch_.data(), Vd, &rng_);
+    // q over the target's vocabulary: the draft vocabulary's ids, zero elsewhere.
+    const size_t at = out->probs.size();
+    out->probs.resize(at + V, 0.0f);
+    for (int i = 0; i < Vd; ++i) out->probs[at + head_->ToTarget(i)] = scratch_[i];
+  }
+  const int token = head_->ToTarget(d);
+  out->tokens.push_back(token);
+  return token;
+}
+
+void FeatureDraftProposer::Propose(const std::vector<int>& context, int max_k, DraftBlock* out) {
+  ProposeBatch({{this, &context, max_k, out}});
+}
+
+void FeatureDraftProposer::ProposeBatch(const std::vector<BatchItem>& items) {
+  c10::InferenceMode guard;
+  // The chains that can draft: features up to the position before the pending token.
+  std::vector<const BatchItem*> chains;
+  std::vector<Eagle3Head::Input> inputs;
+  for (const BatchItem& item : items) {
+    FeatureDraftProposer& p = *item.proposer;
+    item.out->Clear();
+    p.last_seconds_ = 0.0;
+    p.last_catch_up_ = CatchUp();
+    p.cache_.length = p.fed_;  // the last block's drafts leave the head's cache
+    const int64_t last = static_cast<int64_t>(item.context->size()) - 2;  // last verified
+    const int64_t rows = last + 1 - p.next_position();
+    if (item.max_k <= 0 || rows <= 0 || !p.pending_.defined() || p.pending_.size(0) < rows ||
+        p.cache_.length + rows + item.max_k > p.head_->config().layer.max_model_len) {
+      p.last_block_ = 0;
+      continue;
+    }
+    Eagle3Head::Input in;
+    in.cache = &p.cache_;
+    in.hidden = p.pending_.narrow(0, 0, rows);
+    for (int64_t t = p.next_position(); t <= last; ++t) in.tokens.push_back((*item.context)[t + 1]);
+    inputs.push_back(std::move(in));
+    chains.push_back(&item);
+  }
+  if (chains.empty()) return;
+  const Eagle3Head& head = *chains.front()->proposer->head_;
+  const int Vd = head.draft_vocab_size();
+  const size_t n = chains.size();
+  std::vector<double> seconds(n, 0.0);
+  std::vector<int> forwards(n, 0);
+
+  // The first forward: every chain's new positions; its time split by rows.
+  std::vector<int64_t> fed(n);
+  int64_t total_fed = 0;
+  for (size_t j = 0; j < n; ++j) total_fed += fed[j] = inputs[j].tokens.size();
+  auto t0 = Clock::now();
+  at::Tensor hidden;
+  at::Tensor logits = head.Forward(inputs, &hidden).to(at::kCPU).contiguous();
+  double dt = SecondsSince(t0);
+  for (size_t j = 0; j < n; ++j) {
+    FeatureDraftProposer& p = *chains[j]->proposer;
+    p.fed_ += fed[j];
+    p.pending_ = p.pending_.size(0) > fed[j]
+                     ? p.pending_.narrow(0, fed[j], p.pending_.size(0) - fed[j])
+                     : at::Tensor();
+    const double share = dt * fed[j] / std::max<int64_t>(1, total_fed);
+    if (fed[j] > p.last_block_ + 1) {
+      p.last_catch_up_ = {fed[j], share};
+    } else {
+      seconds[j] += share;
+      forwards[j] = 1;
+    }
+  }
+
+  // Then one forward per drafted position over the chains still drafting; row r of `logits`
+  // and `hidden` belongs to chain active[r].
+  std::vector<size_t> active(n);
+  for (size_t j = 0; j < n; ++j) active[j] = j;
+  for (int i = 0; !active.empty(); ++i) {
+    std::vector<size_t> next_active;
+    inputs.clear();
+    for (size_t r = 0; r < active.size(); ++r) {
+      const BatchItem& item = *chains[active[r]];
+      FeatureDraftProposer& p = *item.proposer;
+      const int token = p.Draw(logits.data_ptr<float>() + r * Vd, item.out);
+      // The last token of a block is never fed: its q is all verification needs.
+      if (token < 0 || i + 1 == item.max_k) continue;
+      Eagle3Head::Input in;
+      in.cache = &p.cache_;
+      in.hidden = hidden.narrow(0, r, 1);
+      in.tokens = {token};
+      inputs.push_back(std::move(in));
+      next_active.push_back(active[r]);
+    }
+    active = std::move(next_active);
+    if (active.empty()) break;
+    t0 = Clock::now();
+    logits = head.Forward(inputs, &hidden).to(at::kCPU).contiguous();
+    dt = SecondsSince(t0);
+    for (size_t j : active) {
+      seconds[j] += dt / active.size();
+      ++forwards[j];
+    }
+  }
+  for (size_t j = 0; j < n; ++j) {
+    FeatureDraftProposer& p = *chains[j]->proposer;
+    const int drafted = chains[j]->out->tokens.size();
+    p.last_block_ = drafted;
+    p.last_seconds_ = forwards[j] > 0 ? seconds[j] * drafted / forwards[j]
+                                      : (drafted > 0 ? -1.0 : 0.0);
+  }
+}
+
+}  // namespace specloop
