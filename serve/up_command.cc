@@ -281,7 +281,10 @@ int RunUp(UpArgs a) {
                   "--pub",       pub,         "--router",       router,
                   "--metrics-port", std::to_string(a.trainer_metrics_port)};
     if (!HasOption(a.train_args, "--threads")) train.argv.push_back("--threads=1");
-    if (grow_head) train.argv.insert(train.argv.end(), {"--target", a.target});
+    if (grow_head) {  // nothing is served yet: the first head must beat plain decoding
+      train.argv.insert(train.argv.end(),
+                        {"--target", a.target, "--initial-draft-served", "false"});
+    }
     train.argv.insert(train.argv.end(), a.train_args.begin(), a.train_args.end());
     train.ready_text = "specloop train: live draft";
     sup.Add(std::move(train));
