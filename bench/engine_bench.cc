@@ -11,11 +11,30 @@
 // The arms of one model and thread count are timed round-robin, one forward each in turn, and
 // every ratio is the median of per-round ratios, so the machine's drift cancels;
 // noise_same_arm_ratio is two identical 1-position arms compared the same way.
+//
+// Feature drafts (issue 46; one thread, as `specloop up` serves on a 2-core machine): an
+// EAGLE-3 head for target-wide-46m (float16 and float32) and target-6m, in its target's dtype
+// as LoadDraft loads it (Eagle3Head::InitFromTarget: the weights do not change the cost),
+// at 256 cached positions, batch 1 and 16 sequences, timed round-robin with
+//   target_step          the target's one-row decode step (the unit of every fraction)
+//   target_step_features the same step returning the head's three layers' features
+//   target_verify        the target's forward of k + 1 rows with features (k = 4)
+//   draft_model_step     draft-mix-1m's one-row step
+//   head_step            the head's drafting step: one row of its own hidden state
+//   head_first_forward   the block's first head forward: k + 1 rows of target features (fc)
+//   target_step_again    an identical twin of target_step (the noise)
+// feature_draft_latency (us) and feature_draft_cost_fraction (median of per-round ratios over
+// target_step at the same batch); head_block_cost_fraction: one block of k drafts as
+// FeatureDraftProposer runs it (the first forward + k - 1 steps) over a target step; and
+// head_weight_bytes_fraction: the head's StreamedWeightBytes over the target's (the physical
+// ratio; with fc, and without it as a drafting step reads).
 // Prints JSON lines {"name", "params", "value", "unit"}. Usage:
-//   engine_bench [--shared DIR] [--threads N] [--reps R]    (N: the "every core" count)
+//   engine_bench [--shared DIR] [--threads N] [--reps R] [--only forward|feature-draft]
+//   (N: the "every core" count)
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -25,6 +44,7 @@
 
 #include "bench/bench_util.h"
 #include "common/kernels/linear_kernels.h"
+#include "common/model/eagle3_head.h"
 #include "common/model/threads.h"
 
 namespace specloop {
@@ -97,6 +117,174 @@ void MeasureModel(const std::string& name, const LlamaModel& m, const std::strin
   Emit("long_context_vs_short", p, 1.0 / MedianRatio(arms[7], arms[0]), "ratio (past 300 / 16)");
 }
 
+// One timed piece of work, re-run from the same state: run() does it once and returns its
+// seconds (restoring the caches after the timed part).
+struct Step {
+  std::string name;
+  std::function<double()> run;
+  std::vector<double> seconds;
+};
+
+// Two warm-up rounds, then `reps` rounds of every step once, the order rotating by one each
+// round so that no step always follows the same one.
+void RunSteps(std::vector<Step>& steps, int reps) {
+  for (int r = -2; r < reps; ++r) {
+    for (size_t j = 0; j < steps.size(); ++j) {
+      Step& s = steps[(j + static_cast<size_t>(r + 2)) % steps.size()];
+      const double sec = s.run();
+      if (r >= 0) s.seconds.push_back(sec);
+    }
+  }
+}
+
+double MedianRatio(const Step& a, const Step& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < a.seconds.size(); ++i) r.push_back(a.seconds[i] / b.seconds[i]);
+  return Median(r);
+}
+
+template <typename F>
+double Time(F&& f) {
+  const auto t0 = Clock::now();
+  f();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// `batch` caches of `model`, each holding `context` positions of varied tokens.
+std::vector<KVCache> FilledCaches(const LlamaModel& m, int batch, int context) {
+  std::vector<KVCache> caches;
+  for (int b = 0; b < batch; ++b) {
+    caches.push_back(m.NewCache(context + 16));
+    std::vector<int64_t> tokens(context);
+    for (int i = 0; i < context; ++i) tokens[i] = (7 + 13 * i + 31 * b) % m.config().vocab_size;
+    ForwardInput in;
+    in.cache = &caches.back();
+    in.tokens = std::move(tokens);
+    m.Forward({in});
+  }
+  return caches;
+}
+
+// A forward of `rows` new positions on every cache, timed, then rolled back; with `layers`,
+// the features of those layers returned too.
+double TimeTarget(const LlamaModel& m, std::vector<KVCache>& caches, int rows,
+                  const std::vector<int>* layers) {
+  std::vector<ForwardInput> batch;
+  const int64_t past = caches[0].length();
+  for (KVCache& c : caches) {
+    batch.emplace_back();
+    batch.back().cache = &c;
+    batch.back().tokens.assign(rows, 9);
+  }
+  at::Tensor hidden;
+  const double sec = Time([&] {
+    if (layers != nullptr) {
+      m.Forward(batch, *layers, &hidden);
+    } else {
+      m.Forward(batch);
+    }
+  });
+  for (KVCache& c : caches) c.Truncate(past);
+  return sec;
+}
+
+// The head for `target` in the target's dtype, as LoadDraft loads one.
+std::unique_ptr<Eagle3Head> HeadFor(const LlamaModel& target) {
+  std::unique_ptr<Eagle3Head> init, head;
+  Status s = Eagle3Head::InitFromTarget(target, {}, &init);
+  TensorMap tensors;
+  if (s.ok()) {
+    for (auto& [name, t] : init->NamedWeights()) tensors[name] = t;
+    LoadOptions o;
+    o.device = target.device().str();
+    const at::ScalarType t = target.dtype();
+    o.dtype = t == at::kHalf ? "float16" : t == at::kBFloat16 ? "bfloat16" : "float32";
+    s = Eagle3Head::FromTensors(init->config(), tensors, target, o, &head);
+  }
+  if (!s.ok()) {
+    std::cerr << "engine_bench: head: " << s.ToString() << "\n";
+    std::exit(1);
+  }
+  return head;
+}
+
+// The feature-draft arms of one target (see the head comment) at `context` cached positions.
+void MeasureFeatureDraft(const std::string& name, const LlamaModel& target,
+                         const std::string& dtype, const LlamaModel& draft, int reps) {
+  SetComputeThreads(1);
+  constexpr int kContext = 256, kK = 4;
+  const std::unique_ptr<Eagle3Head> head = HeadFor(target);
+  const std::vector<int>& layers = head->config().aux_layers;
+  const nlohmann::json base = {{"target", name},       {"dtype", dtype},
+                               {"threads", 1},         {"context", kContext},
+                               {"isa", IsaName(ActiveIsa())}};
+  const double target_bytes = static_cast<double>(target.StreamedWeightBytes());
+  const double head_bytes = static_cast<double>(head->StreamedWeightBytes());
+  const int64_t h = head->hidden_size();
+  const double fc_bytes =
+      static_cast<double>(h * head->feature_width()) * (target.dtype() == at::kFloat ? 4 : 2);
+  {
+    nlohmann::json p = base;
+    p.update({{"head_weight_bytes", head_bytes}, {"target_weight_bytes", target_bytes},
+              {"draft_vocab_size", head->draft_vocab_size()}, {"with_fc", true}});
+    Emit("head_weight_bytes_fraction", p, head_bytes / target_bytes, "fraction of the target's");
+    p["with_fc"] = false;
+    p["head_weight_bytes"] = head_bytes - fc_bytes;
+    Emit("head_weight_bytes_fraction", p, (head_bytes - fc_bytes) / target_bytes,
+         "fraction of the target's");
+  }
+  for (int batch : {1, 16}) {
+    c10::InferenceMode guard;
+    std::vector<KVCache> tc = FilledCaches(target, batch, kContext);
+    std::vector<KVCache> dc = FilledCaches(draft, batch, kContext);
+    std::vector<Eagle3Head::Cache> hc;
+    for (int b = 0; b < batch; ++b) {
+      hc.push_back(head->NewCache(kContext + 16));
+      std::vector<int64_t> tokens(kContext);
+      for (int i = 0; i < kContext; ++i) tokens[i] = (5 + 11 * i + b) % target.config().vocab_size;
+      head->Forward({{&hc.back(), at::randn({kContext, head->feature_width()}), tokens}},
+                    nullptr);
+    }
+    const at::Tensor own = at::randn({1, h}), features = at::randn({kK + 1, head->feature_width()});
+    auto time_head = [&](const at::Tensor& rows) {
+      std::vector<Eagle3Head::Input> in;
+      for (auto& c : hc) in.push_back({&c, rows, std::vector<int64_t>(rows.size(0), 9)});
+      at::Tensor last;
+      const double sec = Time([&] { head->Forward(in, &last); });
+      for (auto& c : hc) c.length = kContext;
+      return sec;
+    };
+    std::vector<Step> steps = {
+        {"target_step", [&] { return TimeTarget(target, tc, 1, nullptr); }, {}},
+        {"target_step_features", [&] { return TimeTarget(target, tc, 1, &layers); }, {}},
+        {"target_verify", [&] { return TimeTarget(target, tc, kK + 1, &layers); }, {}},
+        {"draft_model_step", [&] { return TimeTarget(draft, dc, 1, nullptr); }, {}},
+        {"head_step", [&] { return time_head(own); }, {}},
+        {"head_first_forward", [&] { return time_head(features); }, {}},
+        {"target_step_again", [&] { return TimeTarget(target, tc, 1, nullptr); }, {}},
+    };
+    RunSteps(steps, reps);
+    const Step& unit = steps[0];
+    for (const Step& s : steps) {
+      nlohmann::json p = base;
+      p.update({{"batch", batch}, {"arm", s.name}});
+      if (s.name == "target_verify" || s.name == "head_first_forward") p["rows"] = kK + 1;
+      if (s.name == "draft_model_step") p["draft"] = "draft-mix-1m";
+      Emit("feature_draft_latency", p, Median(s.seconds) * 1e6, "us");
+      if (&s != &unit) Emit("feature_draft_cost_fraction", p, MedianRatio(s, unit), "x target step");
+    }
+    // One block of k drafts: the first forward (k + 1 rows at most) and k - 1 drafting steps.
+    std::vector<double> block;
+    for (size_t i = 0; i < unit.seconds.size(); ++i) {
+      block.push_back((steps[5].seconds[i] + (kK - 1) * steps[4].seconds[i]) / unit.seconds[i]);
+    }
+    nlohmann::json p = base;
+    p.update({{"batch", batch}, {"k", kK}});
+    Emit("head_block_cost_fraction", p, Median(block), "x target step");
+    Emit("head_block_cost_fraction_per_token", p, Median(block) / kK, "x target step");
+  }
+}
+
 }  // namespace
 }  // namespace specloop
 
@@ -104,6 +292,7 @@ int main(int argc, char** argv) {
   using namespace specloop;
   std::string shared = SPECLOOP_SHARED_DIR;
   int all = AvailableCores(), reps = 31;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
       all = std::atoi(argv[++i]);
@@ -111,8 +300,13 @@ int main(int argc, char** argv) {
       reps = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--shared") && i + 1 < argc) {
       shared = argv[++i];
+    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc &&
+               (!std::strcmp(argv[i + 1], "forward") ||
+                !std::strcmp(argv[i + 1], "feature-draft"))) {
+      only = argv[++i];
     } else {
-      std::cerr << "usage: engine_bench [--shared DIR] [--threads N] [--reps R]\n";
+      std::cerr << "usage: engine_bench [--shared DIR] [--threads N] [--reps R] "
+                   "[--only forward|feature-draft]\n";
       return 2;
     }
   }
@@ -124,15 +318,21 @@ int main(int argc, char** argv) {
     Emit("read_bandwidth", {{"threads", t}, {"buffer_mb", 512}}, bandwidth.back() / 1e9, "GB/s");
   }
   const std::string models = shared + "/models/";
-  for (const std::string dtype : {"float32", "float16"}) {
-    auto wide = bench::LoadOrDie(models + "target-wide-46m", dtype);
-    for (size_t i = 0; i < thread_counts.size(); ++i) {
-      MeasureModel("target-wide-46m", *wide, dtype, thread_counts[i], reps, bandwidth[i]);
-    }
-  }
   auto small = bench::LoadOrDie(models + "target-6m");
   auto draft = bench::LoadOrDie(models + "draft-mix-1m");
-  MeasureModel("target-6m", *small, "float32", 1, reps, bandwidth[0]);
-  MeasureModel("draft-mix-1m", *draft, "float32", 1, reps, bandwidth[0]);
+  for (const std::string dtype : {"float32", "float16"}) {
+    auto wide = bench::LoadOrDie(models + "target-wide-46m", dtype);
+    if (only != "feature-draft") {
+      for (size_t i = 0; i < thread_counts.size(); ++i) {
+        MeasureModel("target-wide-46m", *wide, dtype, thread_counts[i], reps, bandwidth[i]);
+      }
+    }
+    if (only != "forward") MeasureFeatureDraft("target-wide-46m", *wide, dtype, *draft, reps);
+  }
+  if (only != "feature-draft") {
+    MeasureModel("target-6m", *small, "float32", 1, reps, bandwidth[0]);
+    MeasureModel("draft-mix-1m", *draft, "float32", 1, reps, bandwidth[0]);
+  }
+  if (only != "forward") MeasureFeatureDraft("target-6m", *small, "float32", *draft, reps);
   return 0;
 }

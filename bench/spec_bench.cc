@@ -20,10 +20,19 @@
 // long learnt alpha and costs.
 // Also "k0_path_vs_plain": the speculative decoder held at k = 0 against plain decoding, the
 // per-step cost of the speculative path itself (auto's floor when it never speculates).
-// `--no-fixed` leaves out k = 1..8 (shorter).
+// `--no-fixed` leaves out k = 1..8 (shorter); `--ks 4` runs those fixed k only.
+// Drafts (`--drafts`): a name under SHARED/models, or a directory (any name with a '/'); a
+// draft model or an EAGLE-3 head, loaded as `--draft` loads them (LoadDraft: a head in the
+// target's dtype). A head's c is its one-row drafting forward at 256 cached positions over the
+// target's step (its block's first forward, over the positions verified since the last block,
+// is on top); auto's policy learns the head's cost from its timings, as the server's does.
+// Also per arm mean_acceptance_length (1 + accepted per verified draft, as vLLM's).
+// Prompts: SHARED/prompts/DOMAIN.jsonl, or DIR/DOMAIN.jsonl with `--prompts-dir DIR` (e.g.
+// the held-out prompts day0_bench writes).
 // Usage: spec_bench [--shared DIR] [--target NAME] [--dtype D] [--threads N]
 //                   [--prompts N] [--tokens N] [--reps N] [--temperature T]
-//                   [--drafts a,b] [--domains a,b] [--no-fixed]
+//                   [--drafts a,b] [--domains a,b] [--no-fixed] [--ks 1,4]
+//                   [--prompts-dir DIR]
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -31,11 +40,13 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 
 #include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
+#include "common/engine/draft.h"
 #include "common/engine/draft_model_proposer.h"
 #include "common/engine/speculative_decoder.h"
 #include "common/model/threads.h"
@@ -70,6 +81,29 @@ void Lockstep(PlainGeneration* plain, SpeculativeGeneration* other) {
   }
 }
 
+// The directory of draft `name`: a path as given, else SHARED/models/NAME.
+std::string DraftDir(const std::string& shared, const std::string& name) {
+  return name.find('/') == std::string::npos ? shared + "/models/" + name : name;
+}
+
+// Seconds of a head's one-row drafting forward after `context` cached positions (median of
+// 15, after 2 untimed).
+double HeadStepSeconds(const Eagle3Head& head, int context) {
+  Eagle3Head::Cache cache = head.NewCache(context + 8);
+  std::vector<int64_t> tokens(context);
+  for (int i = 0; i < context; ++i) tokens[i] = (5 + 11 * i) % head.config().layer.vocab_size;
+  head.Forward({{&cache, at::randn({context, head.feature_width()}), tokens}}, nullptr);
+  const at::Tensor own = at::randn({1, head.hidden_size()});
+  std::vector<double> seconds;
+  for (int r = 0; r < 17; ++r) {
+    const auto t0 = Clock::now();
+    head.Forward({{&cache, own, {9}}}, nullptr);
+    if (r >= 2) seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    cache.length = context;
+  }
+  return Median(seconds);
+}
+
 }  // namespace
 }  // namespace specloop
 
@@ -82,6 +116,8 @@ int main(int argc, char** argv) {
   bool fixed = true;
   std::vector<std::string> drafts = {"draft-mix-1m", "draft-prose-1m"};
   std::vector<std::string> domains = {"prose", "python", "c", "legal", "docs"};
+  std::vector<int> fixed_ks = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::string prompts_dir;
   for (int i = 1; i < argc; ++i) {
     const char* flag = argv[i];
     if (!std::strcmp(flag, "--no-fixed")) {
@@ -100,7 +136,19 @@ int main(int argc, char** argv) {
     if (!std::strcmp(flag, "--tokens")) max_tokens = std::atoi(value);
     if (!std::strcmp(flag, "--reps")) reps = std::atoi(value);
     if (!std::strcmp(flag, "--temperature")) temperature = std::atof(value);
+    if (!std::strcmp(flag, "--prompts-dir")) prompts_dir = value;
+    if (!std::strcmp(flag, "--ks")) {
+      fixed_ks.clear();
+      for (const std::string& k : bench::SplitCommas(value)) fixed_ks.push_back(std::atoi(k.c_str()));
+    }
   }
+  for (int k : fixed_ks) {
+    if (k < 1 || k > 8) {
+      std::cerr << "spec_bench: --ks takes k in 1..8\n";
+      return 2;
+    }
+  }
+  if (prompts_dir.empty()) prompts_dir = shared + "/prompts";
   for (int t : {1, AvailableCores()}) {
     Emit("read_bandwidth", {{"threads", t}, {"buffer_mb", 512}}, bench::ReadBandwidth(t) / 1e9,
          "GB/s");
@@ -135,7 +183,11 @@ int main(int argc, char** argv) {
   gen.stop_at_eos = false;
   std::map<std::string, std::vector<std::vector<int>>> prompts;
   for (const auto& d : domains) {
-    std::ifstream in(shared + "/prompts/" + d + ".jsonl");
+    std::ifstream in(prompts_dir + "/" + d + ".jsonl");
+    if (!in) {
+      std::cerr << "spec_bench: cannot read " << prompts_dir << "/" << d << ".jsonl\n";
+      return 1;
+    }
     for (std::string line; (int)prompts[d].size() < n_prompts && std::getline(in, line);) {
       std::vector<int> ids = tok->Encode(json::parse(line)["prompt"].get<std::string>());
       if (ids.size() > 256) ids.erase(ids.begin(), ids.end() - 256);
@@ -148,29 +200,40 @@ int main(int argc, char** argv) {
   auto_calibration.sampling = gen.sampling;
 
   for (const std::string& draft_name : drafts) {
-    auto draft = LoadOrDie(shared + "/models/" + draft_name);
-    StepCostTable draft_cost;
-    CalibrateStepCosts(*target, draft.get(), 0, &draft_cost);
-    const double c = draft_cost.DraftSeconds(1) / t1;
-    Emit("draft_cost_ratio_c", {{"draft", draft_name}}, c, "ratio");
+    Draft draft;
+    LoadOptions draft_load;  // a draft model's weights stay as stored (serve's --draft)
+    if (Status s = LoadDraft(DraftDir(shared, draft_name), *target, draft_load, &draft); !s.ok()) {
+      std::cerr << "spec_bench: --drafts " << draft_name << ": " << s.ToString() << "\n";
+      return 1;
+    }
+    double c;
+    if (draft.head) {
+      c = HeadStepSeconds(*draft.head, calibration.context) / t1;
+    } else {
+      StepCostTable draft_cost;
+      CalibrateStepCosts(*target, draft.model.get(), 0, &draft_cost);
+      c = draft_cost.DraftSeconds(1) / t1;
+    }
+    Emit("draft_cost_ratio_c", {{"draft", draft_name}, {"kind", draft.kind()}}, c, "ratio");
     for (const auto& domain : domains) {
       // k = -1: auto (one policy per draft and domain, learning across prompts, as serving
       // keeps one per domain); k = 0: plain decoding; k = -2: the speculative decoder at k = 0.
       constexpr int kAuto = -1, kPathAtZero = -2;
       std::map<int, SpeculativeStats> stats;
       std::vector<int> arms;  // all but plain, which runs beside each
-      if (fixed) arms.insert(arms.end(), {1, 2, 3, 4, 5, 6, 7, 8});
+      if (fixed) arms.insert(arms.end(), fixed_ks.begin(), fixed_ks.end());
       arms.insert(arms.end(), {kAuto, kPathAtZero});
       SpeculationPolicy policy;
       StepCostTable policy_costs;
-      CalibrateStepCosts(*target, draft.get(), k_max, &policy_costs, auto_calibration);
+      // A head's cost is learnt from its timings (null: as the server calibrates for one).
+      CalibrateStepCosts(*target, draft.model.get(), k_max, &policy_costs, auto_calibration);
       for (const auto& prompt : prompts[domain]) {  // auto's warm-up, untimed
-        DraftModelProposer proposer(draft.get(), gen.sampling);
+        std::unique_ptr<Proposer> proposer = NewDraftProposer(draft, gen.sampling, 0.0f);
         SpeculativeOptions o;
         o.generate = gen;
         o.policy = &policy;
         o.costs = &policy_costs;
-        GenerateSpeculative(*target, &proposer, prompt, o, nullptr);
+        GenerateSpeculative(*target, proposer.get(), prompt, o, nullptr);
       }
       // Per rep: each arm's tokens/s and that of the plain runs paired with it.
       std::map<int, std::vector<double>> tps, paired_plain;
@@ -184,7 +247,7 @@ int main(int argc, char** argv) {
         for (const auto& prompt : prompts[domain]) {
           for (size_t j = 0; j < arms.size(); ++j) {
             const int k = arms[(j + turn) % arms.size()];
-            DraftModelProposer proposer(draft.get(), gen.sampling);
+            std::unique_ptr<Proposer> proposer = NewDraftProposer(draft, gen.sampling, 0.0f);
             SpeculativeOptions o;
             o.generate = gen;
             o.k = std::max(k, 0);
@@ -193,7 +256,7 @@ int main(int argc, char** argv) {
               o.costs = &policy_costs;
             }
             PlainGeneration plain(*target, prompt, gen);
-            SpeculativeGeneration other(*target, &proposer, prompt, o);
+            SpeculativeGeneration other(*target, proposer.get(), prompt, o);
             Lockstep(&plain, &other);
             stats[k].Add(other.stats());
             // Decode phase only: the target's prompt processing is the same work in both and
@@ -233,7 +296,7 @@ int main(int argc, char** argv) {
         return Median(r);
       };
       const double plain = Median(paired_plain[kPathAtZero]);
-      const json base = {{"draft", draft_name}, {"domain", domain},
+      const json base = {{"draft", draft_name}, {"kind", draft.kind()}, {"domain", domain},
                          {"temperature", temperature}, {"tokens", max_tokens}};
       json p = base;
       p["k"] = 0;
@@ -265,6 +328,7 @@ int main(int argc, char** argv) {
                                               : 0.0;
         Emit("acceptance_rate", p, s.acceptance_rate(), "ratio");
         Emit("tokens_per_step", p, s.tokens_per_step(), "tokens");
+        Emit("mean_acceptance_length", p, s.mean_acceptance_length(), "tokens");
         if (k > 0) {
           Emit("alpha", p, alpha, "ratio");
           const double beta = costs.TargetSeconds(k + 1, calibration.context) / t1;
