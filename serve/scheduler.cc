@@ -104,6 +104,7 @@ Status Scheduler::Start() {
     return Status::IOError(std::string("calibration failed: ") + e.what());
   }
   metrics_->SetDraftVersion(0);
+  metrics_->SetDraftKind(draft_.kind());
   running_ = true;
   thread_ = std::thread([this] { Loop(); });
   return Status::OK();
@@ -243,6 +244,7 @@ void Scheduler::InstallDraft(DraftCandidate candidate) {
     draft_ = std::move(next);  // the old draft is no longer referenced
     draft_version_ = version;
     metrics_->SetDraftVersion(version);
+    metrics_->SetDraftKind(draft_.kind());
     metrics_->ObserveSwap();
   } else if (!s.ok()) {
     metrics_->ObserveSwapFailure("incompatible");

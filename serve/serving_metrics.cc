@@ -135,6 +135,10 @@ Status ServingMetrics::Register() {
         &spec_length_);
   gauge("specloop_draft_version", "Version of the draft model serving now (0 = as loaded).", {},
         1, &draft_version_);
+  gauge("specloop_draft_info",
+        "1 for the kind of draft serving now: model (a draft model), eagle3 (a feature draft "
+        "over the target's hidden states) or none (plain decoding and suffix blocks).",
+        {"kind"}, 3, &draft_info_);
   gauge("specloop_buffer_bytes", "Replay buffer size: live SST files and memtables.", {}, 1,
         &buffer_bytes_);
   gauge("specloop_buffer_memory_bytes",
@@ -310,6 +314,19 @@ void ServingMetrics::SetQueue(int active, int waiting) {
 void ServingMetrics::SetDraftVersion(uint64_t version) {
   draft_version_->Add({}).Set(static_cast<double>(version));
 }
+void ServingMetrics::SetDraftKind(const std::string& kind) {
+  for (const char* k : {"model", "eagle3", "none"}) {
+    draft_info_->Add({{"kind", k}}).Set(kind == k ? 1 : 0);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  draft_kind_ = kind;
+}
+
+std::string ServingMetrics::draft_kind() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return draft_kind_;
+}
+
 uint64_t ServingMetrics::draft_version() {
   return static_cast<uint64_t>(draft_version_->Add({}).Value());
 }

@@ -109,6 +109,9 @@ class ServingMetrics {
   // Hot-swap (DESIGN.md section 7): the version serving now, swaps, failures, rollbacks.
   void SetDraftVersion(uint64_t version);
   uint64_t draft_version();
+  // The kind serving now (Draft::kind(): "model", "eagle3" or "none").
+  void SetDraftKind(const std::string& kind);
+  std::string draft_kind();
   void ObserveSwap();
   void ObserveSwapFailure(const std::string& reason);
   void ObserveRollback();
@@ -146,12 +149,13 @@ class ServingMetrics {
   metrics::Family<metrics::Histogram>*duration_, *ttft_, *tokens_per_step_, *forward_,
       *batch_size_;
   metrics::Family<metrics::Gauge>*alpha_, *optimal_alpha_, *acceptance_length_, *drift_gauge_,
-      *spec_length_, *draft_version_,
+      *spec_length_, *draft_version_, *draft_info_,
       *active_, *waiting_, *buffer_bytes_, *buffer_memory_, *kv_usage_, *kv_capacity_;
 
   std::mutex mu_;
   std::vector<std::string> known_domains_;                         // GUARDED_BY(mu_)
   std::map<std::string, std::unique_ptr<DomainSeries>> series_;   // GUARDED_BY(mu_)
+  std::string draft_kind_ = "none";                                 // GUARDED_BY(mu_)
   std::mutex render_mu_;  // serializes Render()'s counter syncing
 };
 

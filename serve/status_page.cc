@@ -152,7 +152,8 @@ async function refresh() {
       s.chart_library ? "" : "chart library not built in: tables only";
   document.getElementById("title").textContent = "specloop: " + s.model;
   document.title = "specloop status: " + s.model;
-  document.getElementById("version").textContent = s.draft_version;
+  document.getElementById("version").textContent =
+      s.draft_version + (s.draft_kind === "model" ? "" : " (" + s.draft_kind + ")");
   document.getElementById("tokens").textContent = Math.round(s.generated_tokens);
   const last = s.samples[s.samples.length - 1];
   document.getElementById("tps").textContent = last ? last.tokens_per_second.toFixed(1) : "-";
@@ -345,6 +346,7 @@ std::string StatusPage::Json() {
                               {"model", options_.model_name},
                               {"sample_seconds", options_.sample_seconds},
                               {"draft_version", live.version},
+                              {"draft_kind", metrics_->draft_kind()},
                               {"generated_tokens", live.tokens},
                               {"samples", js},
                               {"versions", vs},

@@ -10,6 +10,7 @@
 // samples are kept, and draft version changes are kept as a history (the latest 100).
 //
 // /status.json: {"now": unix seconds, "model": name, "sample_seconds": s, "draft_version": v,
+//   "draft_kind": "model" | "eagle3" | "none",
 //   "generated_tokens": total, "samples": [{"t", "alpha": {domain: a}, "over_plain": {domain: x},
 //   "mean_acceptance_length": {domain: l}, "tokens_per_second", "draft_version"}...],
 //   "versions": [{"t", "version"}...], "chart_library": bool, "trainer": T}; the last sample is

@@ -74,6 +74,7 @@ TEST(ServingMetrics, ExposesAlphaWindowsDriftAndPassesPromtool) {
   m->ObserveTargetForward(0.001, 4);
   m->ObserveHttpError(400);
   m->SetDraftVersion(0);
+  m->SetDraftKind("eagle3");
   const std::string text = m->Render(nullptr, nullptr);
   for (const char* want : {"specloop_acceptance_rate{domain=\"prose\",window=\"short\"}",
                            "specloop_acceptance_rate{domain=\"prose\",window=\"long\"}",
@@ -82,6 +83,8 @@ TEST(ServingMetrics, ExposesAlphaWindowsDriftAndPassesPromtool) {
                            "specloop_tokens_per_step_bucket{domain=\"python\",le=\"2\"}",
                            "specloop_requests_total{domain=\"prose\",finish_reason=\"stop\"} 1",
                            "specloop_draft_version 0",
+                           "specloop_draft_info{kind=\"eagle3\"} 1",
+                           "specloop_draft_info{kind=\"model\"} 0",
                            // python: 150 steps of 2 of 2 accepted, 150 of 0 of 2; 50 plain.
                            "specloop_spec_steps_total{domain=\"python\"} 350",
                            "specloop_drafts_total{domain=\"python\"} 300",
