@@ -241,6 +241,7 @@ int RunGenerate(const GenerateArgs& a) {
       CalibrationOptions co;
       co.context = std::min<int>(256, prompt.size() + opt.max_tokens / 2);
       co.sampling = opt.sampling;
+      co.head = draft.head.get();
       CalibrateStepCosts(*model, draft.model.get(), policy.options().k_max, &costs, co);
     } else {
       try {

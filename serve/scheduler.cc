@@ -155,6 +155,7 @@ int Scheduler::waiting() const {
 void Scheduler::Calibrate() {
   CalibrationOptions co;
   co.max_batch = options_.max_batch;
+  co.head = draft_.head.get();
   CalibrateStepCosts(*target_, draft_.model.get(), options_.policy.k_max, &costs_, co);
 }
 

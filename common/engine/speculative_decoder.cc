@@ -8,6 +8,7 @@
 #include "common/engine/decode_step.h"
 #include "common/engine/draft_model_proposer.h"
 #include "common/engine/feature_draft_proposer.h"
+#include "common/model/eagle3_head.h"
 #include "common/spec/acceptance.h"
 #include "common/spec/optimal_acceptance.h"
 #include "common/spec/rrs.h"
@@ -439,31 +440,68 @@ void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k
   // Each scored row is also turned into a processed distribution (verification); each drafted
   // token too (sampling it).
   const double row = VerificationSecondsPerRow(target.config().vocab_size, options.sampling);
+  // The draft's forwards: a draft model's, or a head's (CalibrationOptions::head) over caches
+  // of `context` positions of features; each drafting forward is one row per sequence.
+  const Eagle3Head* head = draft == nullptr ? options.head : nullptr;
+  const bool drafts = draft != nullptr || head != nullptr;
+  struct DraftCaches {
+    std::vector<KVCache> model;
+    std::vector<Eagle3Head::Cache> head;
+  };
+  auto head_feed = [&](Eagle3Head::Cache* c, int n) {
+    const at::Tensor rows =
+        at::zeros({n, head->feature_width()}, at::TensorOptions().device(target.device()));
+    head->Forward({{c, rows, std::vector<int64_t>(n, 3)}}, nullptr);
+  };
+  auto draft_caches = [&](int b) {
+    DraftCaches dc;
+    for (int i = 0; i < b; ++i) {
+      if (draft) {
+        dc.model.push_back(prefilled(*draft, context));
+      } else {
+        dc.head.push_back(head->NewCache(context + room));
+        head_feed(&dc.head.back(), context);
+      }
+    }
+    return dc;
+  };
+  auto draft_seconds = [&](DraftCaches* dc) {
+    if (draft) return seconds(*draft, &dc->model, 1, context);
+    std::vector<Eagle3Head::Input> in;
+    const at::Tensor own =
+        at::zeros({1, head->hidden_size()}, at::TensorOptions().device(target.device()));
+    for (Eagle3Head::Cache& c : dc->head) in.push_back({&c, own, {3}});
+    const auto t0 = Clock::now();
+    head->Forward(in, nullptr);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (Eagle3Head::Cache& c : dc->head) c.length = context;
+    return s;
+  };
 
   // One sequence: rounds over every size, so that a shared machine's load spreads over all
   // sizes alike; each verification-sized forward after a draft forward, as decoding runs it
   // (two models taking turns evict each other's weights from the CPU's caches).
-  std::vector<KVCache> longc, shortc, draftc;
+  std::vector<KVCache> longc, shortc;
+  DraftCaches draftc;
   longc.push_back(prefilled(target, context));
   if (two) shortc.push_back(prefilled(target, short_context));
-  if (draft) {  // its prompt-sized catch-up, timed
-    draftc.push_back(draft->NewCache(context + room));
+  if (drafts) {  // its prompt-sized catch-up, timed
     const auto t0 = Clock::now();
-    draft->Forward({input(&draftc[0], context, false)});
+    draftc = draft_caches(1);
     costs->ObserveCatchUp(context, std::chrono::duration<double>(Clock::now() - t0).count());
   }
   std::vector<std::vector<double>> t(k_max + 2), t_short(k_max + 2);
   std::vector<double> d;
   for (int round = 0; round < 7; ++round) {
     for (int n = 1; n <= k_max + 1; ++n) {
-      if (draft && n > 1) d.push_back(seconds(*draft, &draftc, 1, context));
+      if (drafts && n > 1) d.push_back(draft_seconds(&draftc));
       t[n].push_back(seconds(target, &longc, n, context));
       if (!two) continue;
-      if (draft && n > 1) d.push_back(seconds(*draft, &draftc, 1, context));
+      if (drafts && n > 1) d.push_back(draft_seconds(&draftc));
       t_short[n].push_back(seconds(target, &shortc, n, short_context));
     }
   }
-  if (draft && d.empty()) d.push_back(seconds(*draft, &draftc, 1, context));
+  if (drafts && d.empty()) d.push_back(draft_seconds(&draftc));
   std::vector<double> at(k_max + 2), slopes;
   for (int n = 1; n <= k_max + 1; ++n) {
     at[n] = n == 1 ? plain(&longc, context) : Median(t[n]);
@@ -476,7 +514,7 @@ void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k
   for (int n = 1; n <= k_max + 1; ++n) {
     costs->ObserveTarget(n, double(n) * context, at[n] + n * row, /*after_draft=*/true);
   }
-  if (draft) costs->ObserveDraft(1, Median(d) + row);
+  if (drafts) costs->ObserveDraft(1, Median(d) + row);
 
   // Batches (a server's): b sequences of n rows each, and the draft over b sequences.
   std::vector<int> batches, sizes;
@@ -488,7 +526,7 @@ void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k
     }
   }
   for (int b : batches) {
-    std::vector<KVCache> caches, dcaches;
+    std::vector<KVCache> caches;
     for (int i = 0; i < b; ++i) caches.push_back(prefilled(target, context));
     for (int n : sizes) {
       std::vector<double> v;
@@ -499,10 +537,10 @@ void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k
       }
       costs->ObserveTarget(b * n, double(b) * n * context, Median(v) + b * n * row, true);
     }
-    if (!draft) continue;
-    for (int i = 0; i < b; ++i) dcaches.push_back(prefilled(*draft, context));
+    if (!drafts) continue;
+    DraftCaches dcaches = draft_caches(b);
     std::vector<double> v;
-    for (int rep = 0; rep < 3; ++rep) v.push_back(seconds(*draft, &dcaches, 1, context));
+    for (int rep = 0; rep < 3; ++rep) v.push_back(draft_seconds(&dcaches));
     costs->ObserveDraft(b, Median(v) + b * row);
   }
 }

@@ -27,6 +27,7 @@ namespace specloop {
 
 struct DecodeSlot;  // decode_step.h
 class FeatureDraftProposer;  // feature_draft_proposer.h
+class Eagle3Head;            // common/model/eagle3_head.h
 
 struct SpeculativeStats {
   int64_t steps = 0;     // verification steps (target forwards after the prompt)
@@ -263,6 +264,9 @@ struct CalibrationOptions {
   // Each row's processing into a distribution is added (none for greedy). Default:
   // SamplingParams() (temperature 1).
   SamplingParams sampling;
+  // The draft is this EAGLE-3 head (CalibrateStepCosts' `draft` null): its drafting forwards
+  // are timed instead. Not owned. Default: none.
+  const Eagle3Head* head = nullptr;
 };
 
 // Seeds `costs` with timed forwards: the target over 1 .. k_max + 1 rows of one sequence (7
@@ -270,7 +274,7 @@ struct CalibrationOptions {
 // decoding runs it, and plain decoding's one-row forwards back to back on a growing cache),
 // at both contexts; for larger batches the target over b * n rows for n in {1, 2, 3, 5,
 // k_max + 1} and the draft over b sequences; the draft's catch-up on `context` tokens.
-// `draft` may be null (a free proposer: no draft cost).
+// `draft` may be null: a head's costs (CalibrationOptions::head), else a free proposer's (none).
 void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k_max,
                         StepCostTable* costs,
                         const CalibrationOptions& options = CalibrationOptions());

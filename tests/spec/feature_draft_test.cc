@@ -259,6 +259,25 @@ TEST(FeatureDraft, GreedySpeculativeEqualsGreedyPlainOnEveryDomain) {
             << total.mean_acceptance_length() << "\n";
 }
 
+// Calibration times a head's drafting forwards (CalibrationOptions::head) as a draft model's:
+// the table then prices its blocks before the first step measures them.
+TEST(FeatureDraft, CalibrationTimesTheHeadsForwards) {
+  c10::InferenceMode guard;
+  auto target = Load("target-6m");
+  auto head = Init(*target);
+  CalibrationOptions co;
+  co.max_batch = 2;
+  StepCostTable free_costs, head_costs;
+  CalibrateStepCosts(*target, nullptr, 4, &free_costs, co);
+  co.head = head.get();
+  CalibrateStepCosts(*target, nullptr, 4, &head_costs, co);
+  EXPECT_EQ(free_costs.DraftSeconds(1), 0.0);
+  EXPECT_GT(head_costs.DraftSeconds(1), 0.0);
+  EXPECT_GT(head_costs.DraftSeconds(2), 0.0);
+  // One layer of the target's width against its six: cheaper than a target step.
+  EXPECT_LT(head_costs.DraftSeconds(1), head_costs.TargetSeconds(1, 256));
+}
+
 struct FeatureCase {
   const char* name;
   int draft_vocab;  // < 5: a reduced draft vocabulary (q is 0 outside it)
