@@ -18,12 +18,6 @@ namespace specloop {
 
 namespace {
 
-std::string ShapeString(at::IntArrayRef s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 // Applies RoPE (rotate_half layout) to x [n, heads, D] at `positions` [n] (long).
 at::Tensor Rope(const at::Tensor& x, const at::Tensor& positions, const at::Tensor& inv_freq) {
   const int64_t half = x.size(2) / 2;

@@ -13,17 +13,6 @@
 
 namespace specloop {
 
-namespace {
-
-std::string ShapeString(at::IntArrayRef s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
-
-}  // namespace
-
 Status LlamaModel::Load(const std::string& dir, const LoadOptions& options,
                         std::unique_ptr<LlamaModel>* out) {
   ModelConfig config;

@@ -25,6 +25,12 @@ Status ParseWeightDtype(const std::string& name, at::ScalarType stored, bool cud
   return Status::OK();
 }
 
+std::string ShapeString(at::IntArrayRef shape) {
+  std::string r = "[";
+  for (size_t i = 0; i < shape.size(); ++i) r += (i ? ", " : "") + std::to_string(shape[i]);
+  return r + "]";
+}
+
 WeightType WeightTypeOf(const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kHalf: return WeightType::kFloat16;

@@ -1,5 +1,6 @@
-// The pieces of the CPU inference forward that every model of this folder shares (LlamaModel,
-// Eagle3Head): weight dtypes, packing an ATen matrix for the kernels, and a threaded product.
+// What every model of this folder shares (LlamaModel, Eagle3Head) in loading and in the CPU
+// inference forward: weight dtypes, shapes in errors, packing an ATen matrix for the kernels,
+// and a threaded product.
 #pragma once
 
 #include <string>
@@ -15,6 +16,9 @@ namespace specloop {
 // CUDA; "float32", "float16", "bfloat16"); anything else is InvalidArgument / NotSupported.
 Status ParseWeightDtype(const std::string& name, at::ScalarType stored, bool cuda,
                         at::ScalarType* out);
+
+// "[a, b, ...]", for errors that name a tensor's shape.
+std::string ShapeString(at::IntArrayRef shape);
 
 // The kernels' name for a weight tensor's dtype (float32 unless float16 or bfloat16).
 WeightType WeightTypeOf(const at::Tensor& t);
