@@ -15,7 +15,8 @@
 //  --train-arg=--first-min-speedup=0.9: the default 1.05 needs alpha >= 0.39 at the gate's
 //    head cost (0.26 of a target step); on target-6m the head reached 0.23 after 25 steps and
 //    0.35 after 75 (~200 s of training). 0.9 needs alpha >= 0.19, which the untrained head
-//    (0.10-0.13: 0.83-0.85x) does not reach, so the first version is a trained one.
+//    (0.10-0.13: 0.83-0.85x) does not reach, so the first version is a trained one
+//    (published at the evaluation after step 5, 10 or 15 in the runs here).
 //  --serve-arg=--no-suffix (as in the day-0 benchmark): with suffix blocks on, the
 //    traffic's repeated greedy prompts drive the suffix proposer's greedy acceptance to ~1
 //    and it takes nearly every greedy step, also on new prompts: in one run 1 of ~350 greedy
