@@ -21,11 +21,12 @@
 // Also "k0_path_vs_plain": the speculative decoder held at k = 0 against plain decoding, the
 // per-step cost of the speculative path itself (auto's floor when it never speculates).
 // `--no-fixed` leaves out k = 1..8 (shorter); `--ks 4` runs those fixed k only.
-// Drafts (`--drafts`): a name under SHARED/models, or a directory (any name with a '/'); a
-// draft model or an EAGLE-3 head, loaded as `--draft` loads them (LoadDraft: a head in the
-// target's dtype). A head's c is its one-row drafting forward at 256 cached positions over the
-// target's step (its block's first forward, over the positions verified since the last block,
-// is on top); auto's policy learns the head's cost from its timings, as the server's does.
+// `--target` and the drafts (`--drafts`): a name under SHARED/models, or a directory (any name
+// with a '/'). A draft is a draft model or an EAGLE-3 head, loaded as `--draft` loads them
+// (LoadDraft: a head in the target's dtype). A head's c is its one-row drafting forward over the
+// target's one-row step, both at 256 cached positions, timed alternately (its block's first
+// forward, over the positions verified since the last block, is on top); auto's policy learns the head's cost from its
+// timings, as the server's does.
 // Also per arm mean_acceptance_length (1 + accepted per verified draft, as vLLM's).
 // Prompts: SHARED/prompts/DOMAIN.jsonl, or DIR/DOMAIN.jsonl with `--prompts-dir DIR` (e.g.
 // the held-out prompts day0_bench writes).
@@ -81,27 +82,40 @@ void Lockstep(PlainGeneration* plain, SpeculativeGeneration* other) {
   }
 }
 
-// The directory of draft `name`: a path as given, else SHARED/models/NAME.
+// The directory of model or draft `name`: a path as given, else SHARED/models/NAME.
 std::string DraftDir(const std::string& shared, const std::string& name) {
   return name.find('/') == std::string::npos ? shared + "/models/" + name : name;
 }
 
-// Seconds of a head's one-row drafting forward after `context` cached positions (median of
-// 15, after 2 untimed).
-double HeadStepSeconds(const Eagle3Head& head, int context) {
+// A head's one-row drafting forward over the target's one-row step, both after `context`
+// cached positions, timed alternately (2 untimed rounds, then 15): the median per-round ratio.
+double HeadCostRatio(const LlamaModel& target, const Eagle3Head& head, int context) {
   Eagle3Head::Cache cache = head.NewCache(context + 8);
   std::vector<int64_t> tokens(context);
   for (int i = 0; i < context; ++i) tokens[i] = (5 + 11 * i) % head.config().layer.vocab_size;
   head.Forward({{&cache, at::randn({context, head.feature_width()}), tokens}}, nullptr);
+  KVCache target_cache = target.NewCache(context + 8);
+  ForwardInput prefill;
+  prefill.cache = &target_cache;
+  prefill.tokens = tokens;
+  target.Forward({prefill});
   const at::Tensor own = at::randn({1, head.hidden_size()});
-  std::vector<double> seconds;
+  std::vector<double> ratios;
   for (int r = 0; r < 17; ++r) {
-    const auto t0 = Clock::now();
+    auto t0 = Clock::now();
     head.Forward({{&cache, own, {9}}}, nullptr);
-    if (r >= 2) seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    const double h = std::chrono::duration<double>(Clock::now() - t0).count();
     cache.length = context;
+    ForwardInput step;
+    step.cache = &target_cache;
+    step.tokens = {9};
+    t0 = Clock::now();
+    target.Forward({step});
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    target_cache.Truncate(context);
+    if (r >= 2) ratios.push_back(h / t);
   }
-  return Median(seconds);
+  return Median(ratios);
 }
 
 }  // namespace
@@ -156,9 +170,10 @@ int main(int argc, char** argv) {
   }
   SetComputeThreads(threads);
   c10::InferenceMode guard;
-  auto target = LoadOrDie(shared + "/models/" + target_name, dtype);
+  const std::string target_dir = DraftDir(shared, target_name);  // a name or a directory
+  auto target = LoadOrDie(target_dir, dtype);
   std::unique_ptr<Tokenizer> tok;
-  if (!Tokenizer::Load(shared + "/models/" + target_name, &tok).ok()) return 1;
+  if (!Tokenizer::Load(target_dir, &tok).ok()) return 1;
   const int k_max = 8;
   // Costs, measured once for the run: target forward of n positions (after 16 and after 256
   // cached tokens; c and beta are at 256), draft forward of one.
@@ -208,7 +223,7 @@ int main(int argc, char** argv) {
     }
     double c;
     if (draft.head) {
-      c = HeadStepSeconds(*draft.head, calibration.context) / t1;
+      c = HeadCostRatio(*target, *draft.head, calibration.context);
     } else {
       StepCostTable draft_cost;
       CalibrateStepCosts(*target, draft.model.get(), 0, &draft_cost);
