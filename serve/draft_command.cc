@@ -2,14 +2,17 @@
 // moved between specloop and the servers that run such heads (vLLM, SGLang).
 //
 //   draft init   --target DIR --out DIR [--kind eagle3] [--aux-layers a,b,c] [--draft-vocab N]
-//                [--counts-from FILE... | --buffer DIR...] [--seed S]
+//                [--counts-from FILE... | --buffer DIR...] [--seed S] [--warmup-tokens N]
+//                [--threads N]
 //   draft export --draft HEAD --target DIR --out DIR [--dtype float16|bfloat16|float32]
 //                [--with-embedding]
 //   draft import --from DIR --target DIR --out DIR
 //
-// init and import write the native layout in float32 (for training); export writes what vLLM
-// and SGLang load (serve/eagle3_interchange.h). Results go to standard output, warnings and
-// errors to standard error.
+// init warms the head up on text the target samples itself (trainer/head_warmup.h) before
+// writing it. init and import write the native layout in float32 (for training); export writes
+// what vLLM and SGLang load (serve/eagle3_interchange.h). Results go to standard output,
+// warnings and errors to standard error.
+#include <algorithm>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -19,10 +22,12 @@
 #include "common/model/eagle3_config.h"
 #include "common/model/eagle3_head.h"
 #include "common/model/llama_model.h"
+#include "common/model/threads.h"
 #include "common/tokenizer/tokenizer.h"
 #include "serve/commands.h"
 #include "serve/draft_vocab_counts.h"
 #include "serve/eagle3_interchange.h"
+#include "trainer/head_warmup.h"
 
 namespace specloop {
 
@@ -114,12 +119,21 @@ struct InitArgs {
   int draft_vocab = 0;
   std::vector<std::string> counts_from, buffers;
   uint64_t seed = 1;
+  int64_t warmup_tokens = trainer::kDefaultWarmupTokens;
+  int threads = 1;
 };
 
 Status RunInit(const InitArgs& a, std::ostream& out, std::ostream& err) {
   if (a.kind != "eagle3") {
     return Status::InvalidArgument("--kind " + a.kind +
                                    ": the only kind is eagle3 (an EAGLE-3 feature head)");
+  }
+  if (a.warmup_tokens < 0) {
+    return Status::InvalidArgument("--warmup-tokens " + std::to_string(a.warmup_tokens) +
+                                   ": a number of tokens (0: no warm-up)");
+  }
+  if (a.threads < 1) {
+    return Status::InvalidArgument("--threads " + std::to_string(a.threads) + ": at least 1");
   }
   SPECLOOP_RETURN_IF_ERROR(CheckHeadOutputDir(a.out));
   std::unique_ptr<LlamaModel> target;
@@ -172,9 +186,28 @@ Status RunInit(const InitArgs& a, std::ostream& out, std::ostream& err) {
 
   std::unique_ptr<Eagle3Head> head;
   SPECLOOP_RETURN_IF_ERROR(Eagle3Head::InitFromTarget(*target, options, &head));
+  trainer::HeadWarmupOptions warmup;
+  warmup.tokens = a.warmup_tokens;
+  warmup.seed = a.seed;
+  trainer::HeadWarmupReport report;
+  if (warmup.tokens > 0) {
+    out << "warming the head up on " << warmup.tokens
+        << " tokens the target samples (--warmup-tokens)" << std::endl;
+  }
+  SPECLOOP_RETURN_IF_ERROR(
+      trainer::WarmUpHead(*target, head.get(), warmup, &report).Annotate("--warmup-tokens"));
   SPECLOOP_RETURN_IF_ERROR(head->Save(a.out, "float32").Annotate("--out " + a.out));
   out << "wrote " << a.out << ": an EAGLE-3 head for " << a.target
-      << " (LlamaForCausalLMEagle3, initialized from the target)\n";
+      << " (LlamaForCausalLMEagle3, initialized from the target"
+      << (report.tokens ? ", warmed up on text it sampled" : "") << ")\n";
+  if (report.tokens) {
+    out << "  warm-up: " << report.tokens << " tokens in " << report.sequences
+        << " sequences sampled from the target, " << report.steps << " training steps, loss "
+        << std::fixed << std::setprecision(4) << report.first_loss << " -> " << report.last_loss
+        << std::setprecision(1) << " (" << report.sample_seconds << " s sampling, "
+        << report.train_seconds << " s training)\n"
+        << std::defaultfloat;
+  }
   PrintHead(*head, a.out, "float32", out);
   if (!options.token_counts.empty()) {
     int64_t covered = 0;
@@ -263,8 +296,16 @@ void AddDraftCommand(CLI::App& app, int* exit_code) {
   auto* buffer = init->add_option("--buffer", init_args->buffers,
                                   "replay buffer(s) whose output tokens choose it");
   counts->excludes(buffer);
-  init->add_option("--seed", init_args->seed, "seed of the initial noise")->capture_default_str();
+  init->add_option("--seed", init_args->seed, "seed of the initial noise and of the warm-up")
+      ->capture_default_str();
+  init->add_option("--warmup-tokens", init_args->warmup_tokens,
+                   "tokens the target samples to train the head on before it is written "
+                   "(self-distillation; 0: none)")
+      ->capture_default_str();
+  init->add_option("--threads", init_args->threads, "compute threads of the warm-up")
+      ->capture_default_str();
   init->callback([init_args, exit_code] {
+    SetComputeThreads(std::max(1, init_args->threads));  // (below 1: refused by RunInit)
     Finish("init", RunInit(*init_args, std::cout, std::cerr), exit_code);
   });
 

@@ -140,6 +140,17 @@ Status AccumulateHeadGradients(const LlamaModel& target, const Eagle3Head& head,
   }
   std::vector<FeatureExample> examples;
   SPECLOOP_RETURN_IF_ERROR(BuildFeatureExamples(target, head, batch, true, &examples));
+  return AccumulateExampleGradients(head, examples, o, loss, domains);
+}
+
+Status AccumulateExampleGradients(const Eagle3Head& head,
+                                  const std::vector<FeatureExample>& examples,
+                                  const UnrollOptions& o, double* loss,
+                                  std::vector<std::string>* domains) {
+  *loss = 0;
+  if (o.steps < 1 || !(o.step_decay > 0)) {
+    return Status::InvalidArgument("unrolled steps must be >= 1 and the step decay > 0");
+  }
   // Valid rows per step over the batch, and the weights.
   std::vector<int64_t> rows(o.steps, 0);
   for (const FeatureExample& ex : examples) {

@@ -94,6 +94,13 @@ Status AccumulateHeadGradients(const LlamaModel& target, const Eagle3Head& head,
                                const std::vector<const Record*>& batch, const UnrollOptions& o,
                                double* loss, std::vector<std::string>* domains);
 
+// The same loss and backward over examples already built with targets (BuildFeatureExamples',
+// or others aligned as its are, e.g. from the forwards that sampled them: head_warmup.h).
+Status AccumulateExampleGradients(const Eagle3Head& head,
+                                  const std::vector<FeatureExample>& examples,
+                                  const UnrollOptions& o, double* loss,
+                                  std::vector<std::string>* domains);
+
 // One optimizer step: ZeroGrad, AccumulateHeadGradients, optimizer->Step(lr_scale) (which
 // clips). `optimizer` holds the head's Parameters().
 Status HeadTrainStep(const LlamaModel& target, const Eagle3Head& head, AdamW* optimizer,

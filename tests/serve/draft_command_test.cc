@@ -124,10 +124,14 @@ class DraftCommand : public ::testing::Test {
     delete target_;
     target_ = nullptr;
   }
-  // `draft init` into DIR with extra arguments; asserts success.
+  // `draft init` into DIR with extra arguments (no warm-up unless they ask for one: these
+  // tests are about the layout); asserts success.
   static void Init(const std::string& dir, std::vector<std::string> extra = {},
                    const std::string& target = Model("target-6m")) {
     std::vector<std::string> args = {"draft", "init", "--target", target, "--out", dir};
+    if (std::find(extra.begin(), extra.end(), "--warmup-tokens") == extra.end()) {
+      args.insert(args.end(), {"--warmup-tokens", "0"});
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     const Result r = Specloop(args);
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -140,7 +144,8 @@ LlamaModel* DraftCommand::target_ = nullptr;
 TEST_F(DraftCommand, InitWritesAHeadThatLoadsAsADraft) {
   c10::InferenceMode guard;
   const std::string dir = tmp_.Sub("head");
-  const Result r = Specloop({"draft", "init", "--target", Model("target-6m"), "--out", dir});
+  const Result r = Specloop(
+      {"draft", "init", "--target", Model("target-6m"), "--out", dir, "--warmup-tokens", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");  // the whole vocabulary (4096 <= 32000): nothing to warn about
 
@@ -181,7 +186,8 @@ TEST_F(DraftCommand, DraftVocabularyIsTheMostFrequentIdsOfTheCorpus) {
   const std::string dir = tmp_.Sub("head");
   const std::string corpus = Corpus("python/valid.txt");
   const Result r = Specloop({"draft", "init", "--target", Model("target-6m"), "--out", dir,
-                             "--draft-vocab", "2048", "--counts-from", corpus});
+                             "--draft-vocab", "2048", "--counts-from", corpus,
+                             "--warmup-tokens", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto head = LoadHead(dir, *target_);
 
@@ -233,7 +239,8 @@ TEST_F(DraftCommand, DraftVocabularyFromABufferCountsOutputTokensOnly) {
   }
   const std::string dir = tmp_.Sub("head");
   const Result r = Specloop({"draft", "init", "--target", Model("target-6m"), "--out", dir,
-                             "--draft-vocab", "3", "--buffer", buffer_dir});
+                             "--draft-vocab", "3", "--buffer", buffer_dir,
+                             "--warmup-tokens", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("30 output tokens of 5 buffer record(s)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("covering 100.00%"), std::string::npos) << r.out;
@@ -244,7 +251,8 @@ TEST_F(DraftCommand, InitWithoutCountsTakesTheLowestIdsAndSaysSo) {
   c10::InferenceMode guard;
   const std::string dir = tmp_.Sub("head");
   const Result r = Specloop(
-      {"draft", "init", "--target", Model("target-6m"), "--out", dir, "--draft-vocab", "100"});
+      {"draft", "init", "--target", Model("target-6m"), "--out", dir, "--draft-vocab", "100",
+       "--warmup-tokens", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("warning"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("100 lowest ids"), std::string::npos) << r.err;
@@ -482,6 +490,36 @@ TEST_F(DraftCommand, ExportThenImportGivesTheSameHead) {
   std::cout << "greedy, initial head: " << before.second << " of " << before.first
             << " drafted accepted (float32 round trip the same); after float16: "
             << after16.second << " of " << after16.first << "\n";
+}
+
+// --warmup-tokens (trainer/head_warmup.h, tested there): the same flags write the same bytes,
+// another seed or no warm-up other ones, and what it did is printed; bad values are refused.
+TEST_F(DraftCommand, InitWarmsTheHeadUpDeterministically) {
+  const std::string t = Model("target-6m");
+  auto init = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"draft", "init", "--target", t, "--out", tmp_.Sub(name)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Specloop(args);
+  };
+  const Result a = init("a", {"--warmup-tokens", "300"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("warm-up: 300 tokens in "), std::string::npos) << a.out;
+  ASSERT_EQ(init("b", {"--warmup-tokens", "300"}).exit_code, 0);
+  ASSERT_EQ(init("seed2", {"--warmup-tokens", "300", "--seed", "2"}).exit_code, 0);
+  const Result bare = init("bare", {"--warmup-tokens", "0"});
+  ASSERT_EQ(bare.exit_code, 0) << bare.err;
+  EXPECT_EQ(bare.out.find("warm"), std::string::npos) << bare.out;
+  const std::string weights = ReadText(tmp_.Sub("a") + "/model.safetensors");
+  EXPECT_EQ(weights, ReadText(tmp_.Sub("b") + "/model.safetensors"));
+  EXPECT_NE(weights, ReadText(tmp_.Sub("seed2") + "/model.safetensors"));
+  EXPECT_NE(weights, ReadText(tmp_.Sub("bare") + "/model.safetensors"));
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--warmup-tokens", "-1"}, {"--threads", "0"}}) {
+    const Result r = init("refused", {flag, value});
+    EXPECT_EQ(r.exit_code, 1) << flag;
+    EXPECT_NE(r.err.find(flag + " " + value), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(tmp_.Sub("refused") + "/model.safetensors"));
+  }
 }
 
 // A head whose every float tensor is perturbed, so that no tensor equals its initial value.
