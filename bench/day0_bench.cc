@@ -45,7 +45,8 @@
 //     head (no draft yet: the up arm's own cost, and the two processes' difference), and
 //     day0.last_over_plain_over_before_head: last_over_plain divided by it;
 //   day0.heldout_mean_acceptance_length{draft, temperature}, day0.heldout_head_over_mix;
-//   startup and wall seconds, failed requests, the trainer's published / refused versions.
+//   startup and wall seconds, failed requests, the trainer's published / refused versions,
+//   steps, step seconds, evaluations and last estimated alpha (live and candidate).
 // And OUT/requests.jsonl (one line per answered request and arm).
 //
 // Usage: day0_bench [--requests N] [--out DIR] [--target DIR] [--max-tokens N] [--last N]
@@ -650,6 +651,20 @@ int Main(int argc, char** argv) {
   Emit("versions_refused", json::object(),
        e2e::MetricValue(trainer_metrics, "specloop_train_checkpoints_rejected_total"),
        "versions");
+  // Where the trainer stood at the end: its steps, their CPU time, evaluations, and the last
+  // estimated alpha of the live head and of the candidate.
+  Emit("trainer_steps", json::object(),
+       e2e::MetricValue(trainer_metrics, "specloop_train_steps_total"), "steps");
+  Emit("trainer_step_seconds", json::object(),
+       e2e::MetricValue(trainer_metrics, "specloop_train_step_duration_seconds_sum"), "s");
+  Emit("trainer_evaluations", json::object(),
+       e2e::MetricValue(trainer_metrics, "specloop_train_evaluations_total"), "evaluations");
+  for (const char* model : {"live", "candidate"}) {
+    Emit("trainer_estimated_alpha", {{"model", model}},
+         e2e::MetricValue(trainer_metrics, "specloop_train_estimated_alpha",
+                          "domain=\"all\",model=\"" + std::string(model) + "\""),
+         "ratio");
+  }
   Emit("failed_requests", json::object(), failed, "requests");
   Emit("wall_seconds", {{"requests", o.requests}}, wall, "s");
   if (o.eval) {
