@@ -54,8 +54,9 @@
 //                   [--no-eval | --eval-only] [--up-arg FLAG ...] [--binary PATH]
 //                   [--spec-bench PATH] [--shared DIR]
 // --eval-only: only the held-out evaluation, of the head a finished run left in OUT/up-data.
-// ~2.4 s a request on this 2-core machine (target-wide-46m float32): 1,000 requests ~40-50
-// minutes, the held-out evaluation ~5-10 more.
+// On this 2-core machine (target-wide-46m float32, shared with other work): `up` serves after
+// 1-1.5 minutes (draft init's warm-up), then ~1.0-1.4 s per answered request of any arm; 1,000
+// requests (1,290 answered with the plain arms) ~22-30 minutes, the evaluation ~5-10 more.
 #include <signal.h>
 
 #include <algorithm>
