@@ -14,7 +14,8 @@
 // Usage: head_warmup_bench [--shared DIR] [--target NAME] [--budgets 0,4096,...]
 //          [--drafts draft-mix-1m] [--domains python,prose] [--prompts N] [--tokens N] [--k K]
 //          [--temperatures 0,0.8] [--threads N] [--reps N] [--batch-sequences N]
-//          [--sequence-tokens N] [--prefix-tokens N] [--lr X] [--unroll-steps N]
+//          [--sequence-tokens N] [--prefix-tokens N] [--lr-width X (lr x hidden)]
+//          [--unroll-steps N]
 //          [--decay 0|1] [--seed S (the warm-up's)] [--batch-records N]
 //          [--temperature T (the warm-up's sampling)]
 //          [--show-samples N (prints N warm-up samples to standard error)]
@@ -129,7 +130,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(flag, "--batch-sequences")) w.batch_sequences = std::atoi(value);
     else if (!std::strcmp(flag, "--sequence-tokens")) w.sequence_tokens = std::atoi(value);
     else if (!std::strcmp(flag, "--prefix-tokens")) w.prefix_tokens = std::atoi(value);
-    else if (!std::strcmp(flag, "--lr")) w.adamw.lr = std::atof(value);
+    else if (!std::strcmp(flag, "--lr-width")) w.lr_width = std::atof(value);
     else if (!std::strcmp(flag, "--show-samples")) show = std::atoi(value);
     else if (!std::strcmp(flag, "--decay")) w.decay = std::atoi(value) != 0;
     else if (!std::strcmp(flag, "--seed")) w.seed = std::strtoull(value, nullptr, 10);
@@ -186,7 +187,7 @@ int main(int argc, char** argv) {
     p["batch_sequences"] = w.batch_sequences;
     p["sequence_tokens"] = w.sequence_tokens;
     p["prefix_tokens"] = w.prefix_tokens;
-    p["lr"] = w.adamw.lr;
+    p["lr"] = w.lr_width / static_cast<double>(target->config().hidden_size);
     p["batch_records"] = w.batch_records;
     p["seed"] = w.seed;
     p["decay"] = w.decay;

@@ -35,6 +35,7 @@ Status Validate(const LlamaModel& target, const HeadWarmupOptions& o) {
   if (o.batch_records < 1) return Status::InvalidArgument("warm-up batch_records must be >= 1");
   if (o.prefix_tokens < 0) return Status::InvalidArgument("warm-up prefix_tokens must be >= 0");
   if (!(o.temperature > 0)) return Status::InvalidArgument("warm-up temperature must be > 0");
+  if (!(o.lr_width > 0)) return Status::InvalidArgument("warm-up lr_width must be > 0");
   if (o.sequence_tokens < 1 + o.prefix_tokens + 2) {
     return Status::InvalidArgument("warm-up sequences of " + std::to_string(o.sequence_tokens) +
                                    " tokens: at least the start, the prefix and 2 more");
@@ -158,7 +159,9 @@ Status WarmUpHead(const LlamaModel& target, Eagle3Head* head, const HeadWarmupOp
   const int length = std::min(o.sequence_tokens, target.config().max_model_len);
   std::vector<at::Tensor> params = head->Parameters();
   for (at::Tensor& p : params) p.requires_grad_(true);
-  AdamW optimizer(params, o.adamw);
+  AdamWOptions adamw = o.adamw;
+  adamw.lr = o.lr_width / static_cast<double>(head->hidden_size());
+  AdamW optimizer(params, adamw);
   Status status;
   while (status.ok() && rep.tokens < o.tokens) {
     // A batch of sequences: full length while the budget lasts, the last one shorter (a

@@ -5,14 +5,14 @@
 // The target samples sequences from its config's bos_token_id (for families whose tokenizer
 // adds no BOS, such as Qwen, that id is the document separator, a start as well; a random id of
 // the head's draft vocabulary where the config has none in the vocabulary), plus
-// `prefix_tokens` random ids of the draft vocabulary, many side by side in one batched forward per position (its caches), at
-// `temperature`. The same forwards give the features the head reads and the target's full
-// distribution at every position, so each finished batch of sequences is a set of training
+// `prefix_tokens` random ids of the draft vocabulary, at `temperature`, many side by side in
+// one batched forward per position. The same forwards give the features the head reads and the
+// target's full distribution at every position, so each batch of sequences is a set of training
 // examples at no further target work; the feature-draft trainer's training-time test
-// (feature_draft_training.h: AccumulateExampleGradients, the same loss, unrolled steps and
-// targets as online training) trains the head on them, `batch_records` per optimizer step,
-// each sequence once. The target's own distribution is the training target, so sampled text is
-// exactly the data the head should match: what the target says where it is the one writing.
+// (feature_draft_training.h: AccumulateExampleGradients, the loss and targets of online
+// training) trains the head on them, `batch_records` sequences per optimizer step, each
+// sequence once. The target's distribution is the training target whatever text it is computed
+// on; sampled text puts the head where the target itself writes.
 //
 // Deterministic: sequence i draws from its own Rng (seed, i), and a row's logits do not depend
 // on the rest of the batch, so the text does not depend on batch_sequences; training visits it
@@ -51,12 +51,13 @@ struct HeadWarmupOptions {
   // Sequences per optimizer step. Default: 1: a budget of 64-256 sequences makes few steps
   // (trainer/README.md, "Warm-up at init": 4 a step learnt less at every lr tried).
   int batch_records = 1;
-  // AdamW: lr 3e-3 (1e-3 slower, 6e-3 and 1e-2 worse), clip 1.0.
-  AdamWOptions adamw = [] {
-    AdamWOptions a;
-    a.lr = 3e-3;
-    return a;
-  }();
+  // AdamW's learning rate times the head's hidden size: lr = lr_width / hidden_size, so that a
+  // wider head takes smaller steps (as muP scales Adam's for hidden layers). Default: 0.768:
+  // 3e-3 at hidden 256 (target-6m), 1e-3 at 768 (target-wide-46m), the best lr tried on each
+  // (trainer/README.md, "Warm-up at init").
+  double lr_width = 0.768;
+  // AdamW's other settings (clip 1.0; its lr is set from lr_width).
+  AdamWOptions adamw;
   // The learning rate falls linearly from adamw.lr to 0 over the budget (by tokens trained on
   // before each step); false: constant. Default: true.
   bool decay = true;
@@ -72,9 +73,9 @@ struct HeadWarmupOptions {
   uint64_t seed = 1;
 };
 
-// `draft init`'s budget: what one core warms a head for target-wide-46m on in about a minute
-// (48 CPU s; target-6m: 10 s), its held-out greedy alpha 0.01 -> 0.20 there (target-6m:
-// 0.27, which doubling the budget takes to 0.35 and doubling again to 0.36). trainer/README.md,
+// `draft init`'s budget: what one core warms a head for target-wide-46m on in under a minute
+// (49 CPU s; target-6m: 10 s), its held-out greedy alpha 0.01 -> 0.29 there (target-6m: 0.27,
+// which doubling the budget takes to 0.35 and doubling again to 0.36). trainer/README.md,
 // "Warm-up at init".
 inline constexpr int64_t kDefaultWarmupTokens = 16384;
 

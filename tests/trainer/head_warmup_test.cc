@@ -180,6 +180,7 @@ TEST(HeadWarmup, RefusesBadOptions) {
   refused([](HeadWarmupOptions* o) { o->batch_sequences = 0; }, "batch_sequences");
   refused([](HeadWarmupOptions* o) { o->batch_records = 0; }, "batch_records");
   refused([](HeadWarmupOptions* o) { o->temperature = 0; }, "temperature");
+  refused([](HeadWarmupOptions* o) { o->lr_width = 0; }, "lr_width");
   refused([](HeadWarmupOptions* o) { o->sequence_tokens = 4; }, "2 more");  // 1 + 2 + 2 > 4
   std::vector<FeatureExample> out;
   EXPECT_TRUE(SampleWarmupExamples(*target, *head, SmallOptions(), 0, {2}, &out)
