@@ -14,10 +14,10 @@
 // --no-train only the server runs, with its draft fixed.
 //
 // Without --draft the servers start at once with none (plain decoding and suffix blocks), and
-// the trainer grows an EAGLE-3 head from the target: `specloop draft init` writes the first
-// one to DATA/head-init (once; a restarted `up` resumes from the trainer's checkpoints), the
-// trainer distils it on the traffic, and its gate publishes the first version that it finds
-// faster than plain decoding; the servers then hot-swap it in.
+// the trainer grows an EAGLE-3 head from the target: it writes the first one to DATA/head-init
+// (`train --init-head`: draft init's defaults, once; a restarted `up` resumes from the
+// trainer's checkpoints), distils it on the traffic, and its gate publishes the first version
+// that it finds faster than plain decoding; the servers then hot-swap it in.
 //
 // A fleet on one machine (--workers N > 1, or --redis): N servers (`--worker-id i`, so their
 // metrics carry worker="i"), each with its own buffer and a shipper (`specloop buffer ship`)
@@ -42,7 +42,6 @@
 // servers split every other core this process may run on, at least one each (on 2 cores: 1
 // and 1); with --no-train the servers split every core.
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -84,24 +83,6 @@ bool HasOption(const std::vector<std::string>& args, const std::string& name) {
     if (arg == name || arg.rfind(name + "=", 0) == 0) return true;
   }
   return false;
-}
-
-// Runs argv (argv[0] a path) to its end; returns its exit status (-1: it could not run).
-int RunAndWait(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
-  argv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 // `name`'s path on $PATH, or empty.
@@ -178,22 +159,14 @@ int RunUp(UpArgs a) {
     }
   }
   if (!redis_server.empty()) a.redis = "127.0.0.1:" + std::to_string(redis_port);
-  // The trainer's draft: the given one, or a head grown from the target (initialized once).
-  std::string train_draft = a.draft;
+  // The trainer's draft: the given one, or a head it grows from the target into
+  // DATA/head-init before its first step (once: a restarted up resumes from the checkpoints).
+  const std::string train_draft = grow_head ? a.data + "/head-init" : a.draft;
   if (grow_head && !a.no_train) {
-    train_draft = a.data + "/head-init";
-    struct stat st;
-    if (stat((train_draft + "/config.json").c_str(), &st) != 0) {
-      std::printf("specloop up: no --draft: initializing a feature draft from the target into "
-                  "%s\n", train_draft.c_str());
-      std::fflush(stdout);
-      const int rc =
-          RunAndWait({exe, "draft", "init", "--target", a.target, "--out", train_draft});
-      if (rc != 0) {
-        std::cerr << "specloop up: specloop draft init failed (exit " << rc << ")\n";
-        return 1;
-      }
-    }
+    std::printf("specloop up: no --draft: initializing a feature draft from the target into %s "
+                "(the trainer grows it while the server serves)\n",
+                train_draft.c_str());
+    std::fflush(stdout);
   }
   const std::string pub = "tcp://127.0.0.1:" + std::to_string(a.trainer_pub_port);
   const std::string router = "tcp://127.0.0.1:" + std::to_string(a.trainer_router_port);
@@ -282,8 +255,8 @@ int RunUp(UpArgs a) {
                   "--metrics-port", std::to_string(a.trainer_metrics_port)};
     if (!HasOption(a.train_args, "--threads")) train.argv.push_back("--threads=1");
     if (grow_head) {  // nothing is served yet: the first head must beat plain decoding
-      train.argv.insert(train.argv.end(),
-                        {"--target", a.target, "--initial-draft-served", "false"});
+      train.argv.insert(train.argv.end(), {"--target", a.target, "--init-head",
+                                           "--initial-draft-served", "false"});
     }
     train.argv.insert(train.argv.end(), a.train_args.begin(), a.train_args.end());
     train.ready_text = "specloop train: live draft";

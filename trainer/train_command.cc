@@ -24,6 +24,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -33,6 +34,8 @@
 #include "common/model/eagle3_config.h"
 #include "common/model/threads.h"
 #include "common/observe/process_metrics.h"
+#include "common/model/eagle3_head.h"
+#include "trainer/head_warmup.h"
 #include "trainer/train_command.h"
 #include "trainer/trainer.h"
 
@@ -47,6 +50,7 @@ struct TrainArgs {
   trainer::TrainerOptions t;
   std::string objective = "jsd:0.5";
   bool offline = false, force = false;
+  bool init_head = false;  // grow a head into --draft from --target when it holds none
   int epochs = 1, threads = 1;
   std::string pub = "tcp://127.0.0.1:5557", router = "tcp://127.0.0.1:5558";
   std::string curve_secret_file;
@@ -226,6 +230,27 @@ int RunOnline(const TrainArgs& a) {
   return 0;
 }
 
+// --init-head: an EAGLE-3 head grown from the target into `out`, as `specloop draft init` does
+// with its defaults (the target's layers and vocabulary, then the warm-up on text the target
+// samples), so that `specloop up` without --draft serves while its trainer does this.
+Status GrowHead(const std::string& target_dir, const std::string& out) {
+  std::unique_ptr<LlamaModel> target;
+  SPECLOOP_RETURN_IF_ERROR(LlamaModel::Load(target_dir, LoadOptions(), &target));
+  std::unique_ptr<Eagle3Head> head;
+  SPECLOOP_RETURN_IF_ERROR(Eagle3Head::InitFromTarget(*target, {}, &head));
+  trainer::HeadWarmupOptions warmup;
+  warmup.tokens = trainer::kDefaultWarmupTokens;
+  trainer::HeadWarmupReport report;
+  SPECLOOP_RETURN_IF_ERROR(trainer::WarmUpHead(*target, head.get(), warmup, &report));
+  SPECLOOP_RETURN_IF_ERROR(head->Save(out, "float32"));
+  std::printf("specloop train: grew an EAGLE-3 head from %s into %s (warm-up: %lld tokens, "
+              "%.1f s)\n",
+              target_dir.c_str(), out.c_str(), static_cast<long long>(report.tokens),
+              report.sample_seconds + report.train_seconds);
+  std::fflush(stdout);
+  return Status::OK();
+}
+
 }  // namespace
 
 void AddTrainCommand(CLI::App& app, int* exit_code) {
@@ -237,6 +262,9 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--target", t.target_dir,
                   "target model directory (required for an EAGLE-3 head: the trainer computes "
                   "its features; unused for a draft model)");
+  cmd->add_flag("--init-head", a->init_head,
+               "when --draft holds no draft yet, grow an EAGLE-3 head from --target into it "
+               "first (specloop draft init's defaults)");
   cmd->add_option("--initial-draft-served", t.initial_draft_served,
                   "whether workers serve --draft until the first checkpoint; false: the first "
                   "candidate must beat plain decoding (expected speedup from its alpha)")
@@ -326,6 +354,20 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
                 << "\n";
       *exit_code = 2;
       return;
+    }
+    if (a->init_head && !std::filesystem::exists(a->t.draft_dir + "/config.json")) {
+      if (a->t.target_dir.empty()) {
+        std::cerr << "specloop train: --init-head needs --target\n";
+        *exit_code = 2;
+        return;
+      }
+      SetComputeThreads(a->threads);
+      Status g = GrowHead(a->t.target_dir, a->t.draft_dir);
+      if (!g.ok()) {
+        std::cerr << "specloop train: --init-head: " << g.ToString() << "\n";
+        *exit_code = 1;
+        return;
+      }
     }
     if (a->t.target_dir.empty() && IsEagle3Dir(a->t.draft_dir)) {
       std::cerr << "specloop train: --draft " << a->t.draft_dir

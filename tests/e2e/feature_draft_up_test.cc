@@ -99,7 +99,6 @@ TEST(FeatureDraftUp, ServesAtOnceThenSwapsInTheFirstTrainedHead) {
   ASSERT_FALSE(up.WaitForLine("no --draft: initializing a feature draft", 30, &at).empty())
       << up.Output();
   ASSERT_FALSE(up.WaitForLine("serve is ready", 60, &at).empty()) << up.Output();
-  EXPECT_TRUE(std::filesystem::exists(tmp.Sub("data/head-init/config.json")));
 
   // 59 python prompts in turn (an odd count: each comes at both temperatures in turn).
   const std::vector<std::string> prompts = PromptsJson("python", 59);
@@ -180,7 +179,10 @@ TEST(FeatureDraftUp, ServesAtOnceThenSwapsInTheFirstTrainedHead) {
     return text;
   }();
   phase.store(1);
-  // The first version came from the first-draft gate (judged against plain decoding).
+  // The trainer grew the head into DATA/head-init while the server served, and the first
+  // version came from the first-draft gate (judged against plain decoding).
+  EXPECT_FALSE(up.WaitForLine("\\[train\\].*grew an EAGLE-3 head", 10).empty()) << up.Output();
+  EXPECT_TRUE(std::filesystem::exists(tmp.Sub("data/head-init/config.json")));
   EXPECT_FALSE(up.WaitForLine("\\[train\\].*published v000001: first draft", 10).empty())
       << up.Output();
   EXPECT_GE(MetricValue(base_metrics, "specloop_draft_swaps_total"), 1);
