@@ -16,18 +16,23 @@ std::map<std::string, double> AlphaEstimate::LoggedByDomain() const {
   return m;
 }
 
-Status EstimateRecords(const LlamaModel& model, const std::vector<Record>& records,
-                       int batch_records, std::vector<RecordAlpha>* out) {
+void ScorableRecords(const std::vector<Record>& records, std::vector<RecordAlpha>* out,
+                     std::vector<const Record*>* scorable, std::vector<size_t>* index) {
   out->assign(records.size(), RecordAlpha());
-  std::vector<const Record*> all;  // the records that can be scored, in order
-  std::vector<size_t> index;       // their indices in `records`
   for (size_t i = 0; i < records.size(); ++i) {
     (*out)[i].domain = records[i].domain;
     (*out)[i].regime = SamplingRegime(records[i].sampling);
     if (!records[i].sampling.Validate().empty()) continue;
-    all.push_back(&records[i]);
-    index.push_back(i);
+    scorable->push_back(&records[i]);
+    index->push_back(i);
   }
+}
+
+Status EstimateRecords(const LlamaModel& model, const std::vector<Record>& records,
+                       int batch_records, std::vector<RecordAlpha>* out) {
+  std::vector<const Record*> all;  // the records that can be scored, in order
+  std::vector<size_t> index;       // their indices in `records`
+  ScorableRecords(records, out, &all, &index);
   const size_t step = static_cast<size_t>(std::max(1, batch_records));
   try {
     c10::InferenceMode guard;

@@ -59,6 +59,11 @@ struct RecordAlpha {
   std::vector<double> logged, coarsened;  // lower and upper bounds
 };
 
+// Starts EstimateRecords' output: one RecordAlpha per record (its domain and regime), and the
+// records that can be scored (a valid Record::sampling), in order, with their indices.
+void ScorableRecords(const std::vector<Record>& records, std::vector<RecordAlpha>* out,
+                     std::vector<const Record*>* scorable, std::vector<size_t>* index);
+
 // Evaluates `model` on the positions of `records` (training_examples.h), in forwards of at
 // most `batch_records` records and kMaxForwardTokens tokens, under inference mode; sets *out
 // to one RecordAlpha per record, in order, each position scored under the record's sampling. A

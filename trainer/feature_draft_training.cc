@@ -247,16 +247,9 @@ Status HeadLogitsAtLoggedPositions(const LlamaModel& target, const Eagle3Head& h
 Status EstimateHeadRecords(const LlamaModel& target, const Eagle3Head& head,
                            const std::vector<Record>& records, int batch_records,
                            std::vector<RecordAlpha>* out) {
-  out->assign(records.size(), RecordAlpha());
-  std::vector<const Record*> all;
-  std::vector<size_t> index;
-  for (size_t i = 0; i < records.size(); ++i) {
-    (*out)[i].domain = records[i].domain;
-    (*out)[i].regime = SamplingRegime(records[i].sampling);
-    if (!records[i].sampling.Validate().empty()) continue;
-    all.push_back(&records[i]);
-    index.push_back(i);
-  }
+  std::vector<const Record*> all;  // the records that can be scored, in order
+  std::vector<size_t> index;       // their indices in `records`
+  ScorableRecords(records, out, &all, &index);
   const size_t step = static_cast<size_t>(std::max(1, batch_records));
   const int V = target.config().vocab_size, Vd = head.draft_vocab_size();
   std::vector<float> scratch;

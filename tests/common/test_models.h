@@ -28,6 +28,13 @@ inline ModelConfig TinyConfig(bool tied = false) {
   return c;
 }
 
+// TinyConfig with 4 layers: enough for an EAGLE-3 head, which reads layers 1, 2, 3.
+inline ModelConfig TinyFourLayerConfig() {
+  ModelConfig c = TinyConfig();
+  c.num_hidden_layers = 4;
+  return c;
+}
+
 // TinyConfig as a Qwen3 model (q/k norms; 4 heads of 12 over hidden 32), or a Qwen2 one
 // (q/k/v biases).
 inline ModelConfig TinyQwen3Config() {

@@ -47,8 +47,7 @@ std::unique_ptr<Eagle3Head> Init(const LlamaModel& target, Eagle3Head::InitOptio
 
 // A tiny random target of 4 layers (features: the inputs of layers 1, 2, 3).
 ModelConfig TinyTarget(int vocab) {
-  ModelConfig c = testing::TinyConfig();
-  c.num_hidden_layers = 4;
+  ModelConfig c = testing::TinyFourLayerConfig();
   c.vocab_size = vocab;
   return c;
 }

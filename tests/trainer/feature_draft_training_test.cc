@@ -28,12 +28,6 @@ namespace {
 
 using testing::SharedDir;
 
-// TinyConfig with 4 layers: a head reads layers (1, 2, 3) (DefaultAuxLayers needs >= 4).
-ModelConfig FourLayers() {
-  ModelConfig c = testing::TinyConfig();
-  c.num_hidden_layers = 4;
-  return c;
-}
 
 std::unique_ptr<Eagle3Head> InitHead(const LlamaModel& target, int draft_vocab = 0,
                                      uint64_t seed = 1) {
@@ -169,7 +163,7 @@ TEST(ProcessedAcceptance, DraftVocabularyIsZeroElsewhere) {
 // at row t is against the target's distribution after tokens[0 .. t + j + 1]: both checked
 // against forwards over each prefix alone.
 TEST(FeatureDraftTraining, FeaturesAndTargetRowsMatchPrefixForwards) {
-  const auto target = testing::RandomModel(FourLayers(), 5);
+  const auto target = testing::RandomModel(testing::TinyFourLayerConfig(), 5);
   const auto head = InitHead(*target, /*draft_vocab=*/40);
   Rng rng(9);
   Record r;
@@ -220,7 +214,7 @@ TEST(FeatureDraftTraining, FeaturesAndTargetRowsMatchPrefixForwards) {
 // Evaluation reads the rows FeatureDraftProposer drafts from: q of draft j at a block starting
 // at start_pos is the evaluation's logits row for (start_pos, j).
 TEST(FeatureDraftTraining, EvaluationRowsAreWhatTheProposerDrafts) {
-  const auto target = testing::RandomModel(FourLayers(), 11);
+  const auto target = testing::RandomModel(testing::TinyFourLayerConfig(), 11);
   const auto init = InitHead(*target, /*draft_vocab=*/50, 4);
   testing::TempDir dir;
   ASSERT_TRUE(init->Save(dir.path()).ok());
@@ -272,7 +266,7 @@ TEST(FeatureDraftTraining, EvaluationRowsAreWhatTheProposerDrafts) {
 // features) would show, get none, except the embedding, which the head reads as its own input
 // (Eagle3Head: frozen because the trainer's target never requires gradients, as checked last).
 TEST(FeatureDraftTraining, GradientsReachOnlyTheHeadsParameters) {
-  const auto target = testing::RandomModel(FourLayers(), 6);
+  const auto target = testing::RandomModel(testing::TinyFourLayerConfig(), 6);
   auto head = InitHead(*target);
   for (at::Tensor& w : target->Parameters()) w.requires_grad_(true);
   std::vector<at::Tensor> params = head->Parameters();
@@ -304,7 +298,7 @@ TEST(FeatureDraftTraining, GradientsReachOnlyTheHeadsParameters) {
     }
   }
   // As the trainer holds it (weights as loaded): the embedding gets nothing either.
-  const auto plain = testing::RandomModel(FourLayers(), 6);
+  const auto plain = testing::RandomModel(testing::TinyFourLayerConfig(), 6);
   auto head2 = InitHead(*plain);
   for (at::Tensor& p : head2->Parameters()) p.requires_grad_(true);
   ASSERT_TRUE(AccumulateHeadGradients(*plain, *head2, Ptrs(records), o, &loss, nullptr).ok());
@@ -313,7 +307,7 @@ TEST(FeatureDraftTraining, GradientsReachOnlyTheHeadsParameters) {
 }
 
 TEST(FeatureDraftTraining, LossFallsOnAFixedSet) {
-  const auto target = testing::RandomModel(FourLayers(), 7);
+  const auto target = testing::RandomModel(testing::TinyFourLayerConfig(), 7);
   auto head = InitHead(*target);
   AdamW opt = MakeOptimizer(head.get(), 3e-3);
   Rng rng(4);
@@ -347,7 +341,7 @@ TEST(FeatureDraftTraining, LossFallsOnAFixedSet) {
 // held-out greedy acceptance would stay near chance (~0.01) instead of ~1 (so measured with
 // either shift put into StepLossSums: 0.006 and 0.09 after the same 300 steps; 0.99 without).
 std::unique_ptr<LlamaModel> FunctionTarget() {
-  const ModelConfig c = FourLayers();
+  const ModelConfig c = testing::TinyFourLayerConfig();
   TensorMap w = testing::RandomLlamaWeights(c, 13);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";

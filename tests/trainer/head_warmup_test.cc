@@ -22,12 +22,6 @@ namespace {
 
 using testing::SharedDir;
 
-// TinyConfig with 4 layers: a head reads layers (1, 2, 3).
-ModelConfig FourLayers() {
-  ModelConfig c = testing::TinyConfig();
-  c.num_hidden_layers = 4;
-  return c;
-}
 
 std::unique_ptr<Eagle3Head> InitHead(const LlamaModel& target, int draft_vocab = 0) {
   Eagle3Head::InitOptions o;
@@ -53,7 +47,7 @@ HeadWarmupOptions SmallOptions() {
 }
 
 TEST(HeadWarmup, SampledExamplesAreWhatBuildFeatureExamplesBuilds) {
-  const auto target = testing::RandomModel(FourLayers(), 5);
+  const auto target = testing::RandomModel(testing::TinyFourLayerConfig(), 5);
   for (const int draft_vocab : {0, 40}) {
     const auto head = InitHead(*target, draft_vocab);
     std::vector<FeatureExample> sampled;
@@ -84,7 +78,7 @@ TEST(HeadWarmup, SampledExamplesAreWhatBuildFeatureExamplesBuilds) {
 }
 
 TEST(HeadWarmup, TextDependsOnTheSeedNotOnTheBatch) {
-  const auto target = testing::RandomModel(FourLayers(), 5);
+  const auto target = testing::RandomModel(testing::TinyFourLayerConfig(), 5);
   const auto head = InitHead(*target);
   HeadWarmupOptions o = SmallOptions();
   std::vector<FeatureExample> all, one, other_seed;
@@ -99,7 +93,7 @@ TEST(HeadWarmup, TextDependsOnTheSeedNotOnTheBatch) {
 
 // A config with no BOS id in the vocabulary: sequences start from a draft id instead.
 TEST(HeadWarmup, ATargetWithoutBosStartsFromADraftId) {
-  ModelConfig c = FourLayers();
+  ModelConfig c = testing::TinyFourLayerConfig();
   c.bos_token_id = -1;
   c.add_bos_token = false;
   const auto target = testing::RandomModel(c, 5);
@@ -128,7 +122,7 @@ bool Same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
 }
 
 TEST(HeadWarmup, SameOptionsGiveTheSameHead) {
-  const auto target = testing::RandomModel(FourLayers(), 5);
+  const auto target = testing::RandomModel(testing::TinyFourLayerConfig(), 5);
   const HeadWarmupOptions o = SmallOptions();
   std::vector<std::vector<at::Tensor>> heads;
   for (uint64_t seed : {1, 1, 2}) {
@@ -155,7 +149,7 @@ TEST(HeadWarmup, SameOptionsGiveTheSameHead) {
 }
 
 TEST(HeadWarmup, ZeroTokensLeavesTheHeadAlone) {
-  const auto target = testing::RandomModel(FourLayers(), 5);
+  const auto target = testing::RandomModel(testing::TinyFourLayerConfig(), 5);
   const auto head = InitHead(*target);
   const std::vector<at::Tensor> before = Weights(*head);
   HeadWarmupOptions o = SmallOptions();
@@ -167,7 +161,7 @@ TEST(HeadWarmup, ZeroTokensLeavesTheHeadAlone) {
 }
 
 TEST(HeadWarmup, RefusesBadOptions) {
-  const auto target = testing::RandomModel(FourLayers(), 5);
+  const auto target = testing::RandomModel(testing::TinyFourLayerConfig(), 5);
   const auto head = InitHead(*target);
   auto refused = [&](auto edit, const std::string& what) {
     HeadWarmupOptions o = SmallOptions();
