@@ -129,12 +129,8 @@ void LinearAny(const float* x, long M, long K, const void* w, int type, float* o
 // every tile asks for its own panels kNearSteps columns (2 KB of float32) ahead. A tile of one
 // or two rows computes fast enough for that to keep pace with memory. A tile of more rows
 // computes long enough between loads that near requests alone left the memory idle: it also
-// asks for the next tile's weights as it reads its own (`next`, a whole tile ahead). Measured
-// on target-wide-46m's matrices, one thread, each way in one interleaved run: rows 1 / 5 / 9
-// took 7.9 / 10.5 / 11.8 ms asking near, 9.0 / 8.8 / 9.9 ms asking for the next tile. Then
-// whole forwards (engine_bench, float32, one thread, six interleaved runs): 3 / 5 / 9 positions
-// cost 1.22 / 1.20 / 1.33x of one position asking for the next tile only, 1.09 / 1.15 / 1.36x
-// asking for both (medians; float16 and two threads alike or better).
+// asks for the next tile's weights as it reads its own (`next`, a whole tile ahead). What a
+// forward of n rows costs against one: build/bench/engine_bench (bench/RESULTS.md).
 constexpr long kNearSteps = 32;
 
 template <class W, int MR, int NV>

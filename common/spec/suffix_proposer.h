@@ -15,15 +15,13 @@
 // each path, freeing nodes that reach zero, merging a node left with one child). Eviction in
 // insertion order is what keeps every edge label readable: a node's reference is the newest
 // sequence through it, so once that sequence goes, every older one has gone and the node too.
-// Measured on Zipf-distributed tokens over a 32000-token vocabulary (random and with recurring
-// templates): 1.0-1.2 nodes and ~70 bytes per retained token (a node is 48 bytes plus its entry
-// in its parent's child array; a token 4 bytes), ~70 MB per domain at the default 1M tokens.
+// An index holds at most 2 nodes per retained token plus the root (tested); a node is 48 bytes
+// plus its entry in its parent's child array, a token 4 bytes. num_nodes() gives the count.
 //
 // Costs: Add(n tokens) and the eviction of n tokens walk n suffixes of at most max_depth tokens,
 // a child lookup (binary search over the node's children) per node passed: O(n * max_depth *
-// log fanout), measured ~1 us per added token, eviction included. Speculate() is O(max_match^2)
-// token comparisons for the lookup plus O(k * fanout) for the walk, no model forward (~20 us
-// at max_match 32 and k 8 on the same index).
+// log fanout), eviction included. Speculate() is O(max_match^2) token comparisons for the
+// lookup plus O(k * fanout) for the walk, no model forward.
 //
 // The score is SuffixDecoding's: a drafted token's empirical probability is count(child) /
 // count(parent) (at a node, the most frequent child; inside an edge, 1), and the walk proposes
