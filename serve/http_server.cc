@@ -65,6 +65,23 @@ json SpeculativeJson(const SpeculativeUsage& s) {
             {"tested", s.tree.tested}}}};
 }
 
+// vLLM's per-request block (PR 48915; serve/spec_decode_metrics.h), as the response's
+// top-level {"metrics": {"speculative_decoding": {...}}}.
+json SpecDecodeMetricsJson(const RequestSpecDecodeMetrics& m) {
+  json j = {{"mean_acceptance_length", m.mean_acceptance_length()},
+            {"draft_acceptance_rate", m.draft_acceptance_rate()},
+            {"acceptance_histogram", m.histogram},
+            {"num_spec_steps", m.num_spec_steps()},
+            {"num_accepted_draft_tokens", m.num_accepted_draft_tokens},
+            {"num_draft_tokens", m.num_draft_tokens},
+            {"num_spec_tokens", m.num_spec_tokens}};
+  if (m.level == SpecMetricsLevel::kDetailed) {
+    j["per_step_accepted"] = m.per_step_accepted;
+    j["per_step_drafted"] = m.per_step_drafted;
+  }
+  return {{"speculative_decoding", std::move(j)}};
+}
+
 ApiError ServerError(int status, const std::string& message) {
   ApiError e;
   e.status = status;
@@ -274,8 +291,9 @@ void HttpServer::Routes() {
 //          "assistant", "content"}, "logprobs", "finish_reason"}]}; chunks are
 //          "chat.completion.chunk" with a "delta": {"role": "assistant", "content": ""} first,
 //          then {"content": text}, and {} beside the finish_reason.
-// Both put usage, the speculative statistics and the request's sampling ({"temperature",
-// "top_p", "top_k", "seed"}: what it gave, else the model's defaults) in the response, or in
+// Both put usage, the speculative statistics, the request's sampling ({"temperature",
+// "top_p", "top_k", "seed"}: what it gave, else the model's defaults) and, when the server
+// collects them, vLLM's per-request "metrics" (spec_decode_metrics.h) in the response, or in
 // the last chunk. With log-probs asked for, each choice (each chunk's, for its own tokens)
 // carries them in the API's shape (logprobs_json.h); else "logprobs" is null.
 void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -368,6 +386,9 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, b
     body["choices"] = json::array({choice});
     body["usage"] = UsageJson(e);
     body["speculative"] = SpeculativeJson(e.speculative);
+    if (e.spec_decode.level != SpecMetricsLevel::kNone) {
+      body["metrics"] = SpecDecodeMetricsJson(e.spec_decode);
+    }
     body["sampling"] = sampling;
     res.set_content(Dump(body), kJson);
     return;
@@ -429,6 +450,9 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, b
             json last = chunk("", e.finish_reason, json::object());
             last["usage"] = UsageJson(e);
             last["speculative"] = SpeculativeJson(e.speculative);
+            if (e.spec_decode.level != SpecMetricsLevel::kNone) {
+              last["metrics"] = SpecDecodeMetricsJson(e.spec_decode);
+            }
             last["sampling"] = sampling;
             if (!send(last)) return false;
           }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/engine/generate.h"
+#include "serve/spec_decode_metrics.h"
 #include "serve/token_logprobs.h"
 
 namespace specloop {
@@ -75,6 +76,8 @@ struct RequestEvent {
   int prompt_tokens = 0;         // kDone
   int completion_tokens = 0;     // kDone: tokens generated (past a stop string included)
   SpeculativeUsage speculative;  // kDone
+  // kDone: vLLM's per-request block (spec_decode_metrics.h); level kNone when not collected.
+  RequestSpecDecodeMetrics spec_decode;
   int http_status = 500;         // kError
   std::string error;             // kError: message
 };

@@ -297,6 +297,13 @@ void Scheduler::Admit() {
     auto seq = std::make_unique<Sequence>();
     seq->channel = ch;
     seq->series = metrics_->ForDomain(metrics_->DomainLabel(p.domain));
+    if (options_.per_request_spec_metrics != SpecMetricsLevel::kNone) {
+      // A step's chain holds at most k tokens, k_max under adaptive k (a model-free block's
+      // room, a tree's depth: common/engine/decode_step.cc).
+      const int spec_tokens =
+          options_.k > 0 ? options_.k : options_.k < 0 ? options_.policy.k_max : 0;
+      seq->spec_decode.Begin(options_.per_request_spec_metrics, spec_tokens);
+    }
     if (ch->cancelled()) {
       Finish(seq.get(), "cancelled");
       continue;
@@ -616,6 +623,7 @@ void Scheduler::Step() {
       const int drafted = static_cast<int>(seq->decoder->draft().tokens.size());
       const int accepted = seq->decoder->last_accepted();
       const SpeculativeDecoder::OptimalAcceptance& optimal = seq->decoder->last_optimal();
+      seq->spec_decode.Observe(drafted, accepted);
       const bool tree = slot->kind == BlockKind::kTree;
       const bool lookup = slot->kind == BlockKind::kLookup;
       if (tree || IsModelFree(slot->kind)) {
@@ -767,6 +775,7 @@ void Scheduler::Finish(Sequence* seq, const std::string& reason) {
   done.speculative.suffix = seq->suffix_usage;
   done.speculative.lookup = seq->lookup_usage;
   done.speculative.tree = seq->tree_usage;
+  done.spec_decode = std::move(seq->spec_decode);
   seq->channel->Post(std::move(done));
   metrics_->ObserveRequest(seq->series, reason, SecondsSince(seq->channel->created()),
                            seq->ttft_seconds, static_cast<int>(p.prompt.size()));

@@ -93,6 +93,10 @@ struct SchedulerOptions {
   // needed, least recently used first), and a new request starts from the longest cached
   // prefix of its prompt, for the target and the draft. Default: true.
   bool prefix_caching = true;
+  // Per-request speculative metrics in each response, as vLLM's --per-request-spec-decode-
+  // metrics (serve/spec_decode_metrics.h): kNone, kSummary or kDetailed (adds the per-step
+  // arrays). Default: kNone (off, as in vLLM).
+  SpecMetricsLevel per_request_spec_metrics = SpecMetricsLevel::kNone;
 };
 
 struct Sequence;

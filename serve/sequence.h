@@ -47,6 +47,7 @@ struct Sequence {
   SpeculativeUsage::Suffix suffix_usage;           // the suffix proposer's steps so far
   SpeculativeUsage::Suffix lookup_usage;           // prompt lookup's steps so far
   SpeculativeUsage::Suffix tree_usage;             // token-tree steps so far
+  RequestSpecDecodeMetrics spec_decode;            // per-request block (level kNone: off)
   // When the request asks for log-probs: the entries of the last step's emitted tokens
   // (slot.emitted), computed by its on_commit from the step's target rows; and the scratch row.
   std::vector<TokenLogprob> step_logprobs;

@@ -26,6 +26,7 @@
 #include "serve/sample_logger.h"
 #include "serve/signal_watcher.h"
 #include "serve/scheduler.h"
+#include "serve/spec_decode_metrics.h"
 #include "serve/serving_metrics.h"
 
 namespace specloop {
@@ -55,6 +56,7 @@ struct ServeArgs {
   double kv_cache_mb = 0;
   int max_model_len = 0;
   bool no_prefix_caching = false;
+  std::string per_request_spec_metrics = "none";  // none, summary or detailed
 };
 
 // tcp://HOST:PORT -> tcp://HOST:PORT+1 (the trainer's ROUTER beside its PUB by default).
@@ -94,6 +96,16 @@ int RunServe(const ServeArgs& a) {
       std::cerr << "specloop serve: --k takes auto or a number >= 0\n";
       return 2;
     }
+  }
+  SpecMetricsLevel spec_metrics = SpecMetricsLevel::kNone;
+  if (!ParseSpecMetricsLevel(a.per_request_spec_metrics, &spec_metrics)) {
+    std::cerr << "specloop serve: --per-request-spec-metrics takes none, summary or detailed, "
+                 "not '" << a.per_request_spec_metrics << "'\n";
+    return 2;
+  }
+  if (spec_metrics != SpecMetricsLevel::kNone && k == 0) {  // as vLLM without a spec config
+    std::cerr << "specloop serve: --per-request-spec-metrics needs speculation (--k 0 is off)\n";
+    return 2;
   }
   std::vector<int> branching;
   if (a.draft_mode == "tree" && !ParseTreeBranching(a.tree, &branching)) {
@@ -215,6 +227,7 @@ int RunServe(const ServeArgs& a) {
   so.tree_branching = branching;
   so.kv_cache_mb = a.kv_cache_mb;
   so.prefix_caching = !a.no_prefix_caching;
+  so.per_request_spec_metrics = spec_metrics;
   Scheduler scheduler(target.get(), std::move(draft), tokenizer.get(), metrics.get(),
                       sample_logger.get(), so);
   if (swapper) scheduler.set_swap_hook(swapper.get());
@@ -363,6 +376,14 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--no-prefix-caching", a->no_prefix_caching,
                 "do not reuse the cached KV blocks of earlier requests' common prefixes");
+  cmd->add_option("--per-request-spec-metrics,--per-request-spec-decode-metrics",
+                  a->per_request_spec_metrics,
+                  "per-request speculative metrics in each response, as vLLM's "
+                  "--per-request-spec-decode-metrics: none, summary (\"metrics\": "
+                  "{\"speculative_decoding\": {mean_acceptance_length, draft_acceptance_rate, "
+                  "acceptance_histogram, num_spec_steps, ...}}) or detailed (adds "
+                  "per_step_accepted / per_step_drafted)")
+      ->capture_default_str();
   cmd->add_option("--log-top-k", a->log_top_k, "target log-probs kept per position")
       ->capture_default_str();
   cmd->add_option("--max-domains", a->max_domains, "domain labels kept in metrics")

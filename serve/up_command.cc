@@ -64,6 +64,7 @@ namespace {
 struct UpArgs {
   std::string target, draft, data = "./specloop-data", host = "127.0.0.1", dtype = "auto";
   std::string generation_config = "auto";  // the servers' --generation-config
+  std::string per_request_spec_metrics = "none";  // the servers' --per-request-spec-metrics
   int port = 8000, trainer_metrics_port = 9091, trainer_pub_port = 0, trainer_router_port = 0;
   int threads = 0;  // each server's compute threads; 0: the cores less the trainer's one, split
   int workers = 1;
@@ -199,6 +200,9 @@ int RunUp(UpArgs a) {
     if (!a.draft.empty()) serve.argv.insert(serve.argv.end(), {"--draft", a.draft});
     if (!HasOption(a.serve_args, "--generation-config")) {
       serve.argv.insert(serve.argv.end(), {"--generation-config", a.generation_config});
+    }
+    if (a.per_request_spec_metrics != "none") {
+      serve.argv.push_back("--per-request-spec-metrics=" + a.per_request_spec_metrics);
     }
     if (fleet) serve.argv.insert(serve.argv.end(), {"--worker-id", std::to_string(i)});
     if (a.max_model_len > 0) {
@@ -338,6 +342,12 @@ void AddUpCommand(CLI::App& app, int* exit_code) {
                   "the servers' request defaults: auto (the target's generation_config.json) "
                   "or ignore (temperature 1, top_p 1, top_k off)")
       ->check(CLI::IsMember({"auto", "ignore"}))
+      ->capture_default_str();
+  cmd->add_option("--per-request-spec-metrics,--per-request-spec-decode-metrics",
+                  a->per_request_spec_metrics,
+                  "the servers' per-request speculative metrics in each response, as vLLM's: "
+                  "none, summary or detailed (see specloop serve --help)")
+      ->check(CLI::IsMember({"none", "summary", "detailed"}))
       ->capture_default_str();
   cmd->add_option("--serve-arg", a->serve_args,
                   "extra argument for `specloop serve` (repeatable; --serve-arg=--k=4)");

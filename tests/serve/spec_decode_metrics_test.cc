@@ -1,0 +1,353 @@
+// Per-request speculative metrics as vLLM reports them (serve/spec_decode_metrics.h): the
+// counting rules by hand, then the whole serving stack over loopback HTTP, each response's
+// `metrics.speculative_decoding` block checked step by step against the step log the same
+// server wrote: its replay-buffer record of the request (SampleLogger, one SpecStep per
+// verification step: the draft tokens and how many were accepted), and against the
+// response's own `speculative` totals (the decoder's SpeculativeStats).
+#include "serve/spec_decode_metrics.h"
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "buffer/replay_logger.h"
+#include "serve/http_server.h"
+#include "serve/sample_logger.h"
+#include "tests/serve/buffer_records.h"
+#include "tests/serve/test_util.h"
+
+namespace specloop {
+namespace {
+
+using json = nlohmann::json;
+using serve_test::TempDir;
+
+TEST(SpecDecodeMetrics, CountsOnlyStepsWithADraftAsVllmDoes) {
+  RequestSpecDecodeMetrics m;
+  m.Begin(SpecMetricsLevel::kDetailed, 3);
+  m.Observe(3, 2);
+  m.Observe(0, 0);  // plain decoding: not a speculative step
+  m.Observe(3, 0);
+  m.Observe(2, 2);  // a block cut short (near max_tokens)
+  EXPECT_EQ(m.histogram, (std::vector<int64_t>{1, 0, 2, 0}));
+  EXPECT_EQ(m.num_spec_steps(), 3);
+  EXPECT_EQ(m.num_draft_tokens, 8);
+  EXPECT_EQ(m.num_accepted_draft_tokens, 4);
+  EXPECT_DOUBLE_EQ(m.mean_acceptance_length(), 1.0 + 4.0 / 3.0);
+  EXPECT_DOUBLE_EQ(m.draft_acceptance_rate(), 4.0 / 8.0);
+  EXPECT_EQ(m.per_step_accepted, (std::vector<int>{2, 0, 2}));
+  EXPECT_EQ(m.per_step_drafted, (std::vector<int>{3, 3, 2}));
+
+  RequestSpecDecodeMetrics summary;
+  summary.Begin(SpecMetricsLevel::kSummary, 2);
+  summary.Observe(5, 2);  // a tree: 5 nodes drafted, a path of 2 accepted
+  EXPECT_EQ(summary.histogram, (std::vector<int64_t>{0, 0, 1}));
+  EXPECT_TRUE(summary.per_step_accepted.empty());  // summary keeps no per-step arrays
+
+  RequestSpecDecodeMetrics none;  // vLLM's values for a request without a speculative step
+  none.Begin(SpecMetricsLevel::kSummary, 4);
+  EXPECT_EQ(none.num_spec_steps(), 0);
+  EXPECT_DOUBLE_EQ(none.mean_acceptance_length(), 1.0);
+  EXPECT_DOUBLE_EQ(none.draft_acceptance_rate(), 0.0);
+
+  RequestSpecDecodeMetrics off;  // not collected: Observe is a no-op
+  off.Observe(3, 1);
+  EXPECT_EQ(off.num_draft_tokens, 0);
+}
+
+TEST(SpecDecodeMetrics, ParsesTheThreeLevelsAndNothingElse) {
+  SpecMetricsLevel level = SpecMetricsLevel::kSummary;
+  EXPECT_TRUE(ParseSpecMetricsLevel("none", &level));
+  EXPECT_EQ(level, SpecMetricsLevel::kNone);
+  EXPECT_TRUE(ParseSpecMetricsLevel("detailed", &level));
+  EXPECT_EQ(level, SpecMetricsLevel::kDetailed);
+  for (const char* bad : {"", "Summary", "full", "summary ", "1"}) {
+    EXPECT_FALSE(ParseSpecMetricsLevel(bad, &level)) << bad;
+    EXPECT_EQ(level, SpecMetricsLevel::kDetailed) << "left untouched";
+  }
+}
+
+// target-6m with draft-mix-1m, logging every request into a replay buffer.
+class MetricsServer {
+ public:
+  MetricsServer(const std::string& buffer_dir, int k, SpecMetricsLevel level) {
+    EXPECT_TRUE(LlamaModel::Load(serve_test::TargetDir(), {}, &target_).ok());
+    std::unique_ptr<LlamaModel> draft;
+    EXPECT_TRUE(LlamaModel::Load(serve_test::DraftDir(), {}, &draft).ok());
+    EXPECT_TRUE(Tokenizer::Load(serve_test::TargetDir(), &tokenizer_).ok());
+    EXPECT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &metrics_).ok());
+    EXPECT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), buffer_dir, &logger_).ok());
+    sample_logger_ = std::make_unique<SampleLogger>(logger_.get(), SampleLoggerOptions());
+    SchedulerOptions o;
+    o.k = k;
+    o.max_batch = 4;
+    o.per_request_spec_metrics = level;
+    scheduler_ = std::make_unique<Scheduler>(target_.get(), std::move(draft), tokenizer_.get(),
+                                             metrics_.get(), sample_logger_.get(), o);
+    EXPECT_TRUE(scheduler_->Start().ok());
+    HttpServerOptions ho;
+    ho.port = 0;
+    server_ = std::make_unique<HttpServer>(ho, scheduler_.get(), metrics_.get(),
+                                           tokenizer_.get(), &target_->config(), logger_.get(),
+                                           sample_logger_.get());
+    EXPECT_TRUE(server_->Bind(&port_).ok());
+    thread_ = std::thread([this] { (void)server_->Run(); });
+  }
+  ~MetricsServer() { Shutdown(); }
+
+  // Stops everything; the buffer holds every finished request's record afterwards.
+  void Shutdown() {
+    if (!server_) return;
+    server_->Stop();
+    thread_.join();
+    scheduler_->Stop();
+    sample_logger_.reset();
+    EXPECT_TRUE(logger_->Close().ok());
+    server_.reset();
+  }
+
+  // POSTs `body`; returns the response (or, streaming, the last chunk) and a stream's chunks.
+  json Post(const std::string& path, const json& body, std::vector<json>* chunks) const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120, 0);
+    auto res = c.Post(path.c_str(), body.dump(), "application/json");
+    EXPECT_TRUE(res);
+    if (!res) return json();
+    EXPECT_EQ(res->status, 200) << res->body;
+    if (!body.value("stream", false)) return json::parse(res->body);
+    json last;
+    const std::string& b = res->body;
+    for (size_t pos = 0; pos < b.size();) {
+      const size_t end = b.find("\n\n", pos);
+      if (end == std::string::npos) break;
+      const std::string data = b.substr(pos + 6, end - pos - 6);  // after "data: "
+      pos = end + 2;
+      if (data == "[DONE]") break;
+      last = json::parse(data);
+      chunks->push_back(last);
+    }
+    return last;
+  }
+
+ private:
+  std::unique_ptr<LlamaModel> target_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ServingMetrics> metrics_;
+  std::unique_ptr<ReplayLogger> logger_;
+  std::unique_ptr<SampleLogger> sample_logger_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<HttpServer> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+// The block's own arithmetic: vLLM's definitions, as its test of PR 48915 checks them.
+void ExpectConsistent(const json& m, bool detailed) {
+  const std::vector<int64_t> histogram = m.at("acceptance_histogram");
+  int64_t steps = 0, accepted = 0;
+  for (size_t j = 0; j < histogram.size(); ++j) {
+    steps += histogram[j];
+    accepted += static_cast<int64_t>(j) * histogram[j];
+  }
+  EXPECT_EQ(histogram.size(), m.at("num_spec_tokens").get<size_t>() + 1);
+  EXPECT_EQ(m.at("num_spec_steps").get<int64_t>(), steps);
+  EXPECT_EQ(m.at("num_accepted_draft_tokens").get<int64_t>(), accepted);
+  const double drafted = m.at("num_draft_tokens").get<double>();
+  EXPECT_DOUBLE_EQ(m.at("mean_acceptance_length").get<double>(),
+                   steps ? 1.0 + double(accepted) / steps : 1.0);
+  EXPECT_DOUBLE_EQ(m.at("draft_acceptance_rate").get<double>(),
+                   drafted > 0 ? accepted / drafted : 0.0);
+  EXPECT_EQ(m.contains("per_step_accepted"), detailed);
+  EXPECT_EQ(m.contains("per_step_drafted"), detailed);
+}
+
+// The record's speculative steps (prompt rows and steps without a draft left out), in order:
+// {drafted, accepted} each.
+std::vector<std::pair<int, int>> LoggedSteps(const Record& r) {
+  std::vector<std::pair<int, int>> steps;
+  for (const SpecStep& s : r.steps) {
+    if (s.start_pos < r.prompt_len || s.draft_tokens.empty()) continue;
+    steps.emplace_back(static_cast<int>(s.draft_tokens.size()), static_cast<int>(s.num_accepted));
+  }
+  return steps;
+}
+
+// Checks each response's block against the request's record: the per-step arrays step by
+// step (detailed), else the totals and the histogram; and against its `speculative` totals.
+// Returns the speculative steps seen in all.
+int64_t ExpectBlocksMatchTheStepLog(const std::map<std::string, json>& responses,
+                                    const std::vector<Record>& records, bool detailed) {
+  EXPECT_EQ(records.size(), responses.size());
+  int64_t total_steps = 0;
+  for (const Record& r : records) {
+    auto it = responses.find(r.request_id);
+    if (it == responses.end()) {
+      ADD_FAILURE() << "a record of no response: " << r.request_id;
+      continue;
+    }
+    SCOPED_TRACE(r.request_id);
+    const json& body = it->second;
+    const json& m = body.at("metrics").at("speculative_decoding");
+    ExpectConsistent(m, detailed);
+    const std::vector<std::pair<int, int>> logged = LoggedSteps(r);
+    std::vector<int64_t> histogram(m.at("acceptance_histogram").size(), 0);
+    int64_t drafted = 0, accepted = 0;
+    for (const auto& [d, a] : logged) {
+      if (static_cast<size_t>(a) >= histogram.size()) {
+        ADD_FAILURE() << "a step accepted " << a << ", past the histogram";
+        continue;
+      }
+      histogram[a]++;
+      drafted += d;
+      accepted += a;
+    }
+    EXPECT_EQ(m.at("acceptance_histogram").get<std::vector<int64_t>>(), histogram);
+    EXPECT_EQ(m.at("num_spec_steps").get<int64_t>(), static_cast<int64_t>(logged.size()));
+    EXPECT_EQ(m.at("num_draft_tokens").get<int64_t>(), drafted);
+    EXPECT_EQ(m.at("num_accepted_draft_tokens").get<int64_t>(), accepted);
+    if (detailed) {
+      std::vector<int> logged_drafted, logged_accepted;
+      for (const auto& [d, a] : logged) {
+        logged_drafted.push_back(d);
+        logged_accepted.push_back(a);
+      }
+      EXPECT_EQ(m.at("per_step_drafted").get<std::vector<int>>(), logged_drafted);
+      EXPECT_EQ(m.at("per_step_accepted").get<std::vector<int>>(), logged_accepted);
+    }
+    const json& spec = body.at("speculative");
+    EXPECT_EQ(m.at("num_spec_steps"), spec.at("drafts"));
+    EXPECT_EQ(m.at("num_draft_tokens"), spec.at("drafted"));
+    EXPECT_EQ(m.at("num_accepted_draft_tokens"), spec.at("accepted"));
+    total_steps += static_cast<int64_t>(logged.size());
+  }
+  return total_steps;
+}
+
+const char* const kPrompts[] = {
+    "The history of the city begins with",
+    "def parse_config(path):\n    with open(path) as f:\n",
+    "int main(int argc, char** argv) {\n",
+};
+
+// Fixed k, detailed: completions and chat, whole and streamed, greedy and sampled.
+TEST(SpecDecodeMetricsHttp, DetailedBlockEqualsTheStepLogAtFixedK) {
+  TempDir dir;
+  const std::string buffer = dir.Sub("buffer");
+  std::map<std::string, json> responses;
+  {
+    MetricsServer server(buffer, 3, SpecMetricsLevel::kDetailed);
+    int i = 0;
+    for (const char* prompt : kPrompts) {
+      for (bool stream : {false, true}) {
+        for (bool chat : {false, true}) {
+          json body = {{"max_tokens", 24 + 5 * i}, {"stream", stream},
+                       {"temperature", i % 2 ? 0.8 : 0.0}, {"seed", 7 + i}};
+          if (chat) {
+            body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
+          } else {
+            body["prompt"] = prompt;
+          }
+          std::vector<json> chunks;
+          const json out =
+              server.Post(chat ? "/v1/chat/completions" : "/v1/completions", body, &chunks);
+          ASSERT_TRUE(out.contains("metrics")) << out.dump();
+          EXPECT_EQ(out["metrics"]["speculative_decoding"]["num_spec_tokens"], 3);
+          if (stream) {
+            // As vLLM: exactly one chunk carries the block, the one with usage, the last.
+            int with_metrics = 0;
+            for (const json& c : chunks) with_metrics += c.contains("metrics") ? 1 : 0;
+            EXPECT_EQ(with_metrics, 1);
+            EXPECT_TRUE(chunks.back().contains("usage"));
+          }
+          responses[out["id"].get<std::string>()] = out;
+          ++i;
+        }
+      }
+    }
+    server.Shutdown();
+  }
+  const int64_t steps =
+      ExpectBlocksMatchTheStepLog(responses, serve_test::ReadRecords(buffer), true);
+  EXPECT_GT(steps, 12 * 3) << "too few speculative steps to compare";
+  std::printf("[ fixed k=3, detailed ] %zu requests, %lld speculative steps compared\n",
+              responses.size(), static_cast<long long>(steps));
+}
+
+// Adaptive k (suffix blocks on, a recurring prompt so that they are taken), summary: no
+// per-step arrays; the histogram and totals still equal the step log's.
+TEST(SpecDecodeMetricsHttp, SummaryBlockEqualsTheStepLogAtAdaptiveK) {
+  TempDir dir;
+  const std::string buffer = dir.Sub("buffer");
+  std::map<std::string, json> responses;
+  {
+    MetricsServer server(buffer, -1, SpecMetricsLevel::kSummary);
+    for (int round = 0; round < 3; ++round) {
+      for (const char* prompt : kPrompts) {
+        json body = {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0.0},
+                     {"stream", round == 1}};
+        std::vector<json> chunks;
+        const json out = server.Post("/v1/completions", body, &chunks);
+        ASSERT_TRUE(out.contains("metrics")) << out.dump();
+        EXPECT_EQ(out["metrics"]["speculative_decoding"]["num_spec_tokens"],
+                  SpeculationPolicyOptions().k_max);
+        responses[out["id"].get<std::string>()] = out;
+      }
+    }
+    server.Shutdown();
+  }
+  int64_t suffix_steps = 0;
+  for (const auto& [id, out] : responses) {
+    suffix_steps += out["speculative"]["suffix"]["steps"].get<int64_t>();
+  }
+  const int64_t steps =
+      ExpectBlocksMatchTheStepLog(responses, serve_test::ReadRecords(buffer), false);
+  EXPECT_GT(steps, 0);
+  std::printf("[ adaptive k, summary ] %zu requests, %lld speculative steps (%lld suffix)\n",
+              responses.size(), static_cast<long long>(steps),
+              static_cast<long long>(suffix_steps));
+}
+
+// Off (the default): the response is unchanged, no "metrics" anywhere.
+TEST(SpecDecodeMetricsHttp, OffByDefaultLeavesTheResponseUnchanged) {
+  TempDir dir;
+  MetricsServer server(dir.Sub("buffer"), 3, SchedulerOptions().per_request_spec_metrics);
+  for (bool stream : {false, true}) {
+    std::vector<json> chunks;
+    const json out = server.Post(
+        "/v1/completions", {{"prompt", kPrompts[0]}, {"max_tokens", 8}, {"stream", stream}},
+        &chunks);
+    EXPECT_FALSE(out.contains("metrics")) << out.dump();
+    EXPECT_TRUE(out.contains("speculative"));
+    for (const json& c : chunks) EXPECT_FALSE(c.contains("metrics"));
+  }
+}
+
+// The flag: a bad level, or metrics without speculation, is refused with a clear message
+// before any model loads.
+TEST(SpecDecodeMetricsCli, BadValuesAreRefusedClearly) {
+  const std::string serve = std::string(SPECLOOP_BINARY) + " serve --target " +
+                            serve_test::ShellQuote(serve_test::TargetDir()) + " --port 0 ";
+  std::string out;
+  EXPECT_EQ(serve_test::RunCommand(serve + "--per-request-spec-metrics full 2>&1", &out), 2);
+  EXPECT_NE(out.find("--per-request-spec-metrics takes none, summary or detailed, not 'full'"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(serve_test::RunCommand(serve + "--k 0 --per-request-spec-decode-metrics summary 2>&1",
+                                   &out),
+            2);
+  EXPECT_NE(out.find("needs speculation"), std::string::npos) << out;
+  const std::string up = std::string(SPECLOOP_BINARY) + " up --target " +
+                         serve_test::ShellQuote(serve_test::TargetDir()) +
+                         " --per-request-spec-metrics sometimes 2>&1";
+  EXPECT_NE(serve_test::RunCommand(up, &out), 0);
+  EXPECT_NE(out.find("sometimes"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace specloop
