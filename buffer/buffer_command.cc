@@ -16,6 +16,8 @@
 #include "buffer/buffer_tools.h"
 #include "buffer/record_shipper.h"
 #include "buffer/stream_ingester.h"
+#include "buffer/stream_metrics.h"
+#include "common/observe/process_metrics.h"
 
 namespace specloop {
 
@@ -129,30 +131,55 @@ void StopOnSignals() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-int RunShip(ShipperOptions o, const std::string& redis) {
+// --metrics-host/--metrics-port of ship and ingest (port 0: no endpoint).
+struct MetricsAddress {
+  std::string host = "127.0.0.1";
+  int port = 0;
+};
+
+int RunShip(ShipperOptions o, const std::string& redis, const MetricsAddress& ma) {
   if (!ParseRedisAddress(redis, &o.redis_host, &o.redis_port)) {
     std::cerr << "specloop buffer ship: --redis takes HOST:PORT\n";
     return 2;
   }
   StopOnSignals();
+  const uint64_t start_us = UnixMicrosNow();
   std::unique_ptr<RecordShipper> shipper;
   Status s = RecordShipper::Open(o, &shipper);
+  metrics::Registry registry;
+  std::unique_ptr<ShipperMetrics> m;
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  if (s.ok() && ma.port > 0) {
+    s = AddProcessMetrics(&registry);
+    if (s.ok()) s = ShipperMetrics::Create(&registry, o.id, start_us, &m);
+    RecordShipper* sh = shipper.get();
+    ShipperMetrics* mp = m.get();
+    if (s.ok()) {
+      s = MetricsEndpoint::Start(ma.host, ma.port, &registry,
+                                 [sh, mp] { mp->Update(sh->stats(), UnixMicrosNow()); }, &endpoint);
+    }
+  }
   if (!s.ok()) {
     std::cerr << "specloop buffer ship: " << s.ToString() << "\n";
     return 1;
   }
   std::cout << "specloop buffer ship: " << o.buffer_dir << " -> " << redis << " " << o.stream
             << " (position " << shipper->position_key() << ": seq " << shipper->position_seq()
-            << ")" << std::endl;
+            << ")"
+            << (ma.port > 0 ? ", metrics on http://" + ma.host + ":" + std::to_string(ma.port) +
+                                  "/metrics"
+                            : std::string())
+            << std::endl;
   shipper->Run(g_stop);
   const ShipperStats& st = shipper->stats();
   std::cout << "specloop buffer ship: shipped " << st.records << " records (" << st.bytes
-            << " bytes) in " << st.batches << " transactions, " << st.errors << " errors"
-            << std::endl;
+            << " bytes) in " << st.batches << " transactions, " << st.dropped
+            << " stream entries dropped by the cap, " << st.errors << " errors" << std::endl;
+  endpoint.reset();  // stops serving before the stats it reads go
   return 0;
 }
 
-int RunIngest(IngesterOptions o, const std::string& redis) {
+int RunIngest(IngesterOptions o, const std::string& redis, const MetricsAddress& ma) {
   if (!ParseRedisAddress(redis, &o.redis_host, &o.redis_port)) {
     std::cerr << "specloop buffer ingest: --redis takes HOST:PORT\n";
     return 2;
@@ -160,16 +187,35 @@ int RunIngest(IngesterOptions o, const std::string& redis) {
   StopOnSignals();
   std::unique_ptr<StreamIngester> ingester;
   Status s = StreamIngester::Open(o, &ingester);
+  metrics::Registry registry;
+  std::unique_ptr<IngesterMetrics> m;
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  if (s.ok() && ma.port > 0) {
+    s = AddProcessMetrics(&registry);
+    if (s.ok()) s = IngesterMetrics::Create(&registry, o.group, &m);
+    StreamIngester* in = ingester.get();
+    IngesterMetrics* mp = m.get();
+    if (s.ok()) {
+      s = MetricsEndpoint::Start(ma.host, ma.port, &registry,
+                                 [in, mp] { mp->Update(in->stats(), UnixMicrosNow()); }, &endpoint);
+    }
+  }
   if (!s.ok()) {
     std::cerr << "specloop buffer ingest: " << s.ToString() << "\n";
     return 1;
   }
   std::cout << "specloop buffer ingest: " << redis << " " << o.stream << " (group " << o.group
-            << ", consumer " << o.consumer << ") -> " << o.buffer_dir << std::endl;
+            << ", consumer " << o.consumer << ") -> " << o.buffer_dir
+            << (ma.port > 0 ? ", metrics on http://" + ma.host + ":" + std::to_string(ma.port) +
+                                  "/metrics"
+                            : std::string())
+            << std::endl;
   ingester->Run(g_stop);
   const IngesterStats& st = ingester->stats();
   std::cout << "specloop buffer ingest: " << st.records << " records, " << st.corrupt
-            << " corrupt entries skipped, " << st.errors << " errors" << std::endl;
+            << " corrupt entries skipped, " << st.missing << " missing (trimmed), " << st.trimmed
+            << " acknowledged entries trimmed, " << st.errors << " errors" << std::endl;
+  endpoint.reset();
   return 0;
 }
 
@@ -212,9 +258,16 @@ void AddBufferCommand(CLI::App& app, int* exit_code) {
   ship->add_option("--id", so->id, "this shipper's name (its position in Redis); one per buffer")
       ->required();
   ship->add_option("--max-stream-length", so->max_stream_length,
-                   "approximate stream cap, entries (0: none)")
+                   "the stream's cap, entries: beyond it the oldest are dropped even if not yet "
+                   "acknowledged (counted in specloop_stream_dropped_entries_total; 0: none)")
       ->capture_default_str();
-  ship->callback([so, redis, exit_code] { *exit_code = RunShip(*so, *redis); });
+  auto ship_ma = std::make_shared<MetricsAddress>();
+  ship->add_option("--metrics-host", ship_ma->host, "bind address of /metrics")
+      ->capture_default_str();
+  ship->add_option("--metrics-port", ship_ma->port, "port of /metrics (0: none)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  ship->callback([so, redis, ship_ma, exit_code] { *exit_code = RunShip(*so, *redis, *ship_ma); });
 
   auto io = std::make_shared<IngesterOptions>();
   auto* ingest = cmd->add_subcommand(
@@ -225,7 +278,20 @@ void AddBufferCommand(CLI::App& app, int* exit_code) {
   ingest->add_option("--group", io->group, "consumer group")->capture_default_str();
   ingest->add_option("--consumer", io->consumer, "this consumer's name in the group")
       ->capture_default_str();
-  ingest->callback([io, redis, exit_code] { *exit_code = RunIngest(*io, *redis); });
+  ingest->add_option("--trim-seconds", io->trim_seconds,
+                     "how often to trim the entries every consumer group acknowledged, and read "
+                     "the lag (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  auto ingest_ma = std::make_shared<MetricsAddress>();
+  ingest->add_option("--metrics-host", ingest_ma->host, "bind address of /metrics")
+      ->capture_default_str();
+  ingest->add_option("--metrics-port", ingest_ma->port, "port of /metrics (0: none)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  ingest->callback([io, redis, ingest_ma, exit_code] {
+    *exit_code = RunIngest(*io, *redis, *ingest_ma);
+  });
 }
 
 }  // namespace specloop

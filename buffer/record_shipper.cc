@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "buffer/keys.h"
+#include "buffer/stream_trim.h"
 
 namespace specloop {
 
@@ -88,12 +89,7 @@ Status RecordShipper::ShipBatch(bool slack, uint64_t* shipped) {
   commands.push_back({"MULTI"});
   uint64_t bytes = 0;
   for (const Candidate& c : batch) {
-    std::vector<std::string> xadd = {"XADD", options_.stream};
-    if (options_.max_stream_length > 0) {
-      xadd.insert(xadd.end(), {"MAXLEN", "~", std::to_string(options_.max_stream_length)});
-    }
-    xadd.insert(xadd.end(), {"*", "key", c.key, "record", c.encoded});
-    commands.push_back(std::move(xadd));
+    commands.push_back({"XADD", options_.stream, "*", "key", c.key, "record", c.encoded});
     bytes += c.encoded.size();
   }
   const Candidate& last = batch.back();
@@ -129,7 +125,21 @@ Status RecordShipper::ShipOnce(uint64_t* shipped) {
     uint64_t n = 0;
     s = ShipBatch(/*slack=*/first, &n);
     total += n;
-    if (n == 0) break;
+    if (n == 0) {
+      stats_.caught_up_us = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(
+              std::chrono::system_clock::now().time_since_epoch())
+              .count());
+      break;
+    }
+  }
+  if (s.ok() && total > 0 && options_.max_stream_length > 0) {
+    StreamTrimResult t;
+    s = TrimStream(redis_.get(), options_.stream, options_.max_stream_length, "", &t);
+    if (s.ok()) {
+      stats_.dropped += t.dropped;
+      stats_.stream_length = t.length;
+    }
   }
   if (shipped) *shipped = total;
   if (!s.ok()) {

@@ -41,7 +41,11 @@ struct ShipperOptions {
   // Records per transaction, and its most bytes (at least one record). Default: 256, 4 MiB.
   size_t batch_records = 256;
   size_t batch_bytes = 4 << 20;
-  // Approximate stream cap (XADD MAXLEN ~): the log's retention. 0: none. Default: 0.
+  // The stream's cap, entries: after each ShipOnce() that shipped, the shipper trims the
+  // entries every consumer group has acknowledged and then the oldest beyond this many,
+  // counting those in stats().dropped (TrimStream, buffer/stream_trim.h). Between two trims
+  // the stream may pass the cap by what one ShipOnce() shipped. 0: no cap (the ingester trims
+  // what its group has acknowledged). Default: 0.
   uint64_t max_stream_length = 0;
   // See the header comment. Default: 1 s.
   uint64_t resume_slack_us = 1000000;
@@ -60,7 +64,14 @@ struct ShipperStats {
   std::atomic<uint64_t> records{0};  // shipped (acknowledged by Redis)
   std::atomic<uint64_t> bytes{0};    // their encodings
   std::atomic<uint64_t> batches{0};
-  std::atomic<uint64_t> errors{0};   // failed transactions and connections
+  std::atomic<uint64_t> errors{0};   // failed transactions, trims and connections
+  // The cap's trims (max_stream_length > 0): entries removed before every consumer group had
+  // acknowledged them (lost to that group), and the stream's length after the last trim.
+  std::atomic<uint64_t> dropped{0};
+  std::atomic<uint64_t> stream_length{0};
+  // Unix time (us) when a ShipOnce() last found nothing more to ship: the buffer had been
+  // shipped up to then (0: not yet). Now minus this is the shipper's lag.
+  std::atomic<uint64_t> caught_up_us{0};
 };
 
 class RecordShipper {

@@ -7,6 +7,7 @@
 
 #include "buffer/keys.h"
 #include "buffer/record_codec.h"
+#include "buffer/stream_trim.h"
 
 namespace specloop {
 
@@ -73,15 +74,19 @@ Status StreamIngester::IngestOnce(uint64_t* ingested) {
   }
   if (entries == nullptr || entries->elements.empty()) {
     pending_done_ = true;
-    return Status::OK();
+    return MaybeTrim();
   }
   std::vector<SequencedRecord> records;
   std::vector<std::string> ack = {"XACK", options_.stream, options_.group};
-  uint64_t corrupt = 0;
+  uint64_t corrupt = 0, missing = 0;
   for (const RedisReply& e : entries->elements) {
     if (e.elements.size() != 2) continue;
     ack.push_back(e.elements[0].str);
     const RedisReply& fields = e.elements[1];  // nil: trimmed from the stream meanwhile
+    if (fields.type == RedisReply::Type::kNil) {
+      ++missing;
+      continue;
+    }
     const std::string *key = nullptr, *data = nullptr;
     for (size_t i = 0; i + 1 < fields.elements.size(); i += 2) {
       if (fields.elements[i].str == "key") key = &fields.elements[i + 1].str;
@@ -109,6 +114,7 @@ Status StreamIngester::IngestOnce(uint64_t* ingested) {
     if (ingested) *ingested = records.size();
   }
   stats_.corrupt += corrupt;
+  stats_.missing += missing;
   s = redis_->Command(ack, &r);
   if (s.ok() && r.type == RedisReply::Type::kError) s = Status::IOError("ingester: XACK: " + r.str);
   if (!s.ok()) {  // written, perhaps not acknowledged: then delivered and written again
@@ -116,6 +122,27 @@ Status StreamIngester::IngestOnce(uint64_t* ingested) {
     redis_.reset();
     return s;
   }
+  return MaybeTrim();
+}
+
+Status StreamIngester::MaybeTrim() {
+  if (options_.trim_seconds <= 0 || redis_ == nullptr) return Status::OK();
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_trim_ < std::chrono::duration<double>(options_.trim_seconds)) {
+    return Status::OK();
+  }
+  last_trim_ = now;
+  StreamTrimResult t;
+  Status s = TrimStream(redis_.get(), options_.stream, /*max_length=*/0, options_.group, &t);
+  if (!s.ok()) {
+    stats_.errors++;
+    redis_.reset();
+    return s;
+  }
+  stats_.trimmed += t.acknowledged_trimmed;
+  stats_.stream_length = t.length;
+  stats_.lag_entries = t.group_unacknowledged;
+  stats_.oldest_unacknowledged_ms = t.group_has_needed ? t.group_oldest_needed.ms : 0;
   return Status::OK();
 }
 

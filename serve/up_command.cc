@@ -27,7 +27,9 @@
 // least loaded server and sends it to another when a server dies before answering; the
 // servers listen on PORT+1 .. PORT+N. Without --redis a redis-server is started too
 // (loopback, a free port, its append-only file in DATA/redis, fsync on every write: killed,
-// it loses no acknowledged record). Layout:
+// it loses no acknowledged record). The ingester trims the stream of what the trainer's group
+// acknowledged; --max-stream-length caps it besides (drops counted); each shipper and the
+// ingester serve /metrics (--stream-metrics-port). Layout:
 //
 //   DATA/worker-i/buffer, DATA/worker-i/drafts   server i's buffer and fetched drafts
 //   DATA/buffer        the ingested union of the workers' records, read by the trainer
@@ -70,6 +72,8 @@ struct UpArgs {
   int workers = 1;
   int max_model_len = 0;  // the servers' --max-model-len (0: the model's own)
   std::string redis;  // HOST:PORT of a Redis server to ship records through; empty: see workers
+  uint64_t max_stream_length = 0;  // the shippers' --max-stream-length (0: no cap)
+  int stream_metrics_port = 0;     // the ingester's /metrics; shipper i's on +i (0: free ports)
   double max_backoff_seconds = 30;
   bool no_train = false;
   std::vector<std::string> serve_args, train_args;
@@ -152,6 +156,12 @@ int RunUp(UpArgs a) {
   if (proxy) to_pick.push_back(&proxy_port);
   for (int& p : ports) to_pick.push_back(&p);
   if (!redis_server.empty()) to_pick.push_back(&redis_port);
+  // The record stream's ends' /metrics: [0] the ingester's, [i] shipper i's.
+  std::vector<int> stream_ports(fleet ? a.workers + 1 : 0);
+  for (size_t i = 0; i < stream_ports.size(); ++i) {
+    stream_ports[i] = a.stream_metrics_port == 0 ? 0 : a.stream_metrics_port + static_cast<int>(i);
+    to_pick.push_back(&stream_ports[i]);
+  }
   for (int* p : to_pick) {
     if (*p == 0) *p = FreeLoopbackPort();
     if (*p <= 0 || *p > 65535) {
@@ -226,7 +236,12 @@ int RunUp(UpArgs a) {
       ChildSpec ship;
       ship.name = "ship-" + std::to_string(i);
       ship.argv = {exe,      "buffer",  "ship", dir + "/buffer", "--redis",
-                   a.redis,  "--id",    "worker-" + std::to_string(i)};
+                   a.redis,  "--id",    "worker-" + std::to_string(i),
+                   "--metrics-port", std::to_string(stream_ports[i])};
+      if (a.max_stream_length > 0) {
+        ship.argv.insert(ship.argv.end(),
+                         {"--max-stream-length", std::to_string(a.max_stream_length)});
+      }
       ship.ready_text = "specloop buffer ship: ";
       sup.Add(std::move(ship));
     }
@@ -246,7 +261,8 @@ int RunUp(UpArgs a) {
   if (fleet && !a.no_train) {
     ChildSpec ingest;
     ingest.name = "ingest";
-    ingest.argv = {exe, "buffer", "ingest", buffer, "--redis", a.redis};
+    ingest.argv = {exe,      "buffer", "ingest", buffer, "--redis", a.redis, "--metrics-port",
+                   std::to_string(stream_ports[0])};
     ingest.ready_text = "specloop buffer ingest: ";
     sup.Add(std::move(ingest));
   }
@@ -274,7 +290,13 @@ int RunUp(UpArgs a) {
   }
   for (int p : ports) std::printf(" http://%s:%d", a.host.c_str(), p);
   std::printf(" (status page /, metrics /metrics); ");
-  if (fleet) std::printf("records through Redis at %s; ", a.redis.c_str());
+  if (fleet) {
+    std::printf("records through Redis at %s (stream metrics: ingester http://127.0.0.1:%d/metrics, "
+                "shippers",
+                a.redis.c_str(), stream_ports[0]);
+    for (size_t i = 1; i < stream_ports.size(); ++i) std::printf(" %d", stream_ports[i]);
+    std::printf("); ");
+  }
   if (a.no_train) {
     std::printf("no trainer (the draft stays fixed)\n");
   } else {
@@ -314,6 +336,16 @@ void AddUpCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--redis", a->redis,
                   "ship records through this Redis server, HOST:PORT (default with --workers "
                   "> 1: start redis-server on loopback, data in DATA/redis)");
+  cmd->add_option("--max-stream-length", a->max_stream_length,
+                  "cap of the record stream, entries: each shipper drops the oldest beyond it "
+                  "even if the trainer has not ingested them (counted; 0: no cap, the "
+                  "ingester trims what it acknowledged)")
+      ->capture_default_str();
+  cmd->add_option("--stream-metrics-port", a->stream_metrics_port,
+                  "with a fleet: the ingester's /metrics port, shipper i's on PORT+i (0 = any "
+                  "free ports)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
   cmd->add_option("--trainer-metrics-port", a->trainer_metrics_port,
                   "port of the trainer's /metrics (0 = any free port)")
       ->capture_default_str();

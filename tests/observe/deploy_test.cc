@@ -38,7 +38,8 @@ std::set<std::string> ExportedFamilies() {
   const std::string src = Read(SPECLOOP_SOURCE_DIR "/serve/serving_metrics.cc") +
                           Read(SPECLOOP_SOURCE_DIR "/trainer/trainer_metrics.cc") +
                           Read(SPECLOOP_SOURCE_DIR "/common/observe/process_metrics.cc") +
-                          Read(SPECLOOP_SOURCE_DIR "/serve/front_proxy.cc");
+                          Read(SPECLOOP_SOURCE_DIR "/serve/front_proxy.cc") +
+                          Read(SPECLOOP_SOURCE_DIR "/buffer/stream_metrics.cc");
   return Matches(src, "\"((specloop|process)_[a-z0-9_]+)\"", 1);
 }
 
@@ -90,7 +91,9 @@ TEST(DeployTest, AlertRulesCoverTheIssueAndUseRealMetrics) {
   ExpectKnownMetrics(rules, "alerts.yml");
   for (const char* alert : {"SpecloopAcceptanceDropping", "SpecloopAcceptanceDriftDown",
                             "SpecloopDraftSwapFailures", "SpecloopBufferDrops",
-                            "SpecloopTrainerStalled", "SpecloopProxyFailing"}) {
+                            "SpecloopTrainerStalled", "SpecloopProxyFailing",
+                            "SpecloopStreamIngestLagging", "SpecloopShipperLagging",
+                            "SpecloopStreamDropping"}) {
     EXPECT_NE(rules.find("alert: " + std::string(alert)), std::string::npos) << alert;
     // ... and each one has a promtool unit test.
     EXPECT_NE(Deploy("alerts_test.yml").find("alertname: " + std::string(alert)),
