@@ -76,7 +76,8 @@ TEST(SpecDecodeMetrics, ParsesTheThreeLevelsAndNothingElse) {
 // target-6m with draft-mix-1m, logging every request into a replay buffer.
 class MetricsServer {
  public:
-  MetricsServer(const std::string& buffer_dir, int k, SpecMetricsLevel level) {
+  MetricsServer(const std::string& buffer_dir, int k, SpecMetricsLevel level,
+                std::vector<int> tree_branching = {}) {
     EXPECT_TRUE(LlamaModel::Load(serve_test::TargetDir(), {}, &target_).ok());
     std::unique_ptr<LlamaModel> draft;
     EXPECT_TRUE(LlamaModel::Load(serve_test::DraftDir(), {}, &draft).ok());
@@ -88,6 +89,7 @@ class MetricsServer {
     o.k = k;
     o.max_batch = 4;
     o.per_request_spec_metrics = level;
+    o.tree_branching = std::move(tree_branching);
     scheduler_ = std::make_unique<Scheduler>(target_.get(), std::move(draft), tokenizer_.get(),
                                              metrics_.get(), sample_logger_.get(), o);
     EXPECT_TRUE(scheduler_->Start().ok());
@@ -311,6 +313,53 @@ TEST(SpecDecodeMetricsHttp, SummaryBlockEqualsTheStepLogAtAdaptiveK) {
   std::printf("[ adaptive k, summary ] %zu requests, %lld speculative steps (%lld suffix)\n",
               responses.size(), static_cast<long long>(steps),
               static_cast<long long>(suffix_steps));
+}
+
+// Token trees at a fixed depth: a step drafts a tree's nodes and accepts a path of at most k
+// (the record logs the path alone: accepted per step against it, drafted against the nodes
+// the response's `speculative.tree` counts).
+TEST(SpecDecodeMetricsHttp, TreeStepsCountNodesDraftedAndThePathAccepted) {
+  TempDir dir;
+  const std::string buffer = dir.Sub("buffer");
+  std::map<std::string, json> responses;
+  {
+    MetricsServer server(buffer, 3, SpecMetricsLevel::kDetailed, {2, 2, 1});
+    for (const char* prompt : kPrompts) {
+      std::vector<json> chunks;
+      const json out = server.Post(
+          "/v1/completions", {{"prompt", prompt}, {"max_tokens", 30}, {"temperature", 0.0}},
+          &chunks);
+      ASSERT_TRUE(out.contains("metrics")) << out.dump();
+      responses[out["id"].get<std::string>()] = out;
+    }
+    server.Shutdown();
+  }
+  const std::vector<Record> records = serve_test::ReadRecords(buffer);
+  ASSERT_EQ(records.size(), responses.size());
+  int64_t steps = 0;
+  for (const Record& r : records) {
+    SCOPED_TRACE(r.request_id);
+    const json& out = responses.at(r.request_id);
+    const json& m = out["metrics"]["speculative_decoding"];
+    ExpectConsistent(m, true);
+    std::vector<int> accepted;
+    for (const SpecStep& s : r.steps) {
+      if (s.start_pos >= r.prompt_len) accepted.push_back(static_cast<int>(s.num_accepted));
+    }
+    // Every decoding step of a fixed-k tree drafts (none is plain), so each logged step is one.
+    EXPECT_EQ(m["per_step_accepted"].get<std::vector<int>>(), accepted);
+    const std::vector<int> drafted = m["per_step_drafted"];
+    for (int d : drafted) EXPECT_LE(d, 2 + 4 + 4) << "more than the tree's nodes";
+    const json& tree = out["speculative"]["tree"];
+    EXPECT_EQ(m["num_spec_steps"], tree["steps"]);
+    EXPECT_EQ(m["num_draft_tokens"], tree["drafted"]);
+    EXPECT_EQ(m["num_accepted_draft_tokens"], tree["accepted"]);
+    EXPECT_GT(m["num_draft_tokens"].get<int64_t>(), 3 * m["num_spec_steps"].get<int64_t>())
+        << "trees of 2,2,1 draft more nodes than a chain of 3";
+    steps += m["num_spec_steps"].get<int64_t>();
+  }
+  std::printf("[ tree 2,2,1 at k=3, detailed ] %zu requests, %lld tree steps compared\n",
+              responses.size(), static_cast<long long>(steps));
 }
 
 // Off (the default): the response is unchanged, no "metrics" anywhere.
