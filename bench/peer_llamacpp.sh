@@ -20,6 +20,8 @@
 #   llamacpp_dN     llama-speculative-simple --spec-type draft-simple --spec-draft-n-max N
 #                   --spec-draft-n-min 0 --spec-draft-p-min 0, one arm per N in --draft-max
 #   llamacpp_plain  llama-completion -no-cnv (its eval time: decoding, prompt excluded)
+# llama.cpp runs with --no-escape: by default it turns "\x01" and "\n" written in a prompt into
+# the bytes they name, and a prompt of Python source holds such text.
 # Each repetition runs every (prompt, arm) pair once, the arms of a prompt back to back in an
 # order that rotates with the repetition, so the machine's drift hits them alike.
 # Decoding rate = generated tokens / decoding seconds (prompt processing excluded): specloop's
@@ -29,7 +31,8 @@
 # "unit"} as the other benches print, then a markdown table of medians. Every run's greedy
 # text is checked against specloop_plain's (same target, so the same text up to float
 # rounding): "agrees" in the run's line is the length of the common prefix in characters over
-# specloop_plain's text; a converter that loaded the weights wrong shows as agreement near 0.
+# the shorter of the two texts; a converter that loaded the weights wrong shows as agreement
+# near 0. LLAMA_COMMIT names llama.cpp's commit where LLAMA_DIR is not a git checkout.
 set -euo pipefail
 
 usage() { sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -99,7 +102,8 @@ DRAFT_GGUF=$(convert "$DRAFT" draft-mix-1m)
 
 export PROMPTS REPS TOKENS DOMAIN DRAFT_MAX THREADS WORK SPECLOOP TARGET DRAFT PROMPT_FILE
 export SPEC_BIN PLAIN_BIN TARGET_GGUF DRAFT_GGUF
-export LLAMA_COMMIT=$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)
+LLAMA_COMMIT=${LLAMA_COMMIT:-$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export LLAMA_COMMIT
 export SPECLOOP_COMMIT=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
 export CONVERTER=${CONVERT[0]}
 exec "$PY" - <<'EOF'
@@ -135,9 +139,9 @@ def run_arm(arm, i, prompt):
         return len(d['tokens']) / d['decode_seconds'], d['text'], extra
     path = os.path.join(E['WORK'], 'prompt%d.txt' % i)
     with open(path, 'w', encoding='utf-8') as f:
-        f.write(prompt)
+        f.write(prompt + '\n')  # llama.cpp's -f drops a file's last newline: this one
     base = ['-m', E['TARGET_GGUF'], '-f', path, '-n', str(tokens), '--temp', '0', '-t', str(threads),
-            '-tb', str(threads), '-fa', 'off', '-c', '1024', '--seed', '0']
+            '-tb', str(threads), '-fa', 'off', '-c', '1024', '--seed', '0', '--no-escape']
     if arm == 'llamacpp_plain':
         p = run([E['PLAIN_BIN']] + base + ['-no-cnv', '--no-warmup'])
         m = re.search(r'\beval time =\s*([\d.]+) ms /\s*(\d+) runs', p.stderr)
@@ -159,22 +163,26 @@ def run_arm(arm, i, prompt):
     return int(m.group(1)) / float(m.group(2)), p.stdout, extra
 
 
-def agreement(text, reference):
-    """Common prefix of the generated texts over the reference's length (llama.cpp prints the
-    prompt before its output, so its text is matched from the reference's first characters)."""
-    ref = reference.strip()
+def agreement(text, reference, prompt):
+    """Common prefix of a run's generated text and the reference's, over the reference's length.
+    llama.cpp prints the prompt before its output: its text is taken after the prompt's end."""
+    tail = prompt.rstrip()[-48:]
+    at = text.rfind(tail, 0, len(prompt) + 16)  # the prompt's own end, not an earlier repeat
+    if at < 0:
+        return 0.0
+    got, ref = text[at + len(tail):].lstrip(), reference.lstrip()
     if not ref:
         return 1.0
-    start = text.find(ref[:24])
-    if start < 0:
+    m = min(len(got), len(ref))
+    if m == 0:
         return 0.0
-    got, n = text[start:], 0
-    while n < min(len(got), len(ref)) and got[n] == ref[n]:
+    n = 0
+    while n < m and got[n] == ref[n]:
         n += 1
-    return round(n / len(ref), 3)
+    return round(n / m, 3)
 
 
-rates = {}
+rates, agree = {}, {}
 for rep in range(int(E['REPS'])):
     for i, prompt in enumerate(prompts):
         order = arms[rep % len(arms):] + arms[:rep % len(arms)]
@@ -185,7 +193,10 @@ for rep in range(int(E['REPS'])):
         for arm in arms:
             rate, text, extra = results[arm]
             rates.setdefault((i, arm), []).append(rate)
-            params = dict(common, arm=arm, prompt=i, rep=rep, agrees=agreement(text, ref), **extra)
+            # specloop prints its output alone: its text is matched from the start.
+            agrees = agreement(prompt.rstrip()[-48:] + text if arm.startswith('specloop') else text, ref, prompt)
+            agree.setdefault(arm, []).append(agrees)
+            params = dict(common, arm=arm, prompt=i, rep=rep, agrees=agrees, **extra)
             print(json.dumps({'name': 'peer_llamacpp_run', 'params': params, 'value': round(rate, 1),
                               'unit': 'tokens/s'}), flush=True)
 
@@ -200,6 +211,7 @@ for i in range(len(prompts)):
     print('| %d | ' % i + ' | '.join('%.0f' % med[(i, a)] for a in arms) + ' |')
 means = {a: statistics.mean(med[(i, a)] for i in range(len(prompts))) for a in arms}
 print('| mean | ' + ' | '.join('%.0f' % means[a] for a in arms) + ' |')
+print('| text agreeing with specloop_plain (min) | ' + ' | '.join('%.2f' % min(agree[a]) for a in arms) + ' |')
 best_llama = max(means[a] for a in arms if a.startswith('llamacpp_d'))
 print()
 print('specloop_auto / best llama.cpp speculative arm (means): %.2fx; specloop_plain / llamacpp_plain: %.2fx'
