@@ -6,8 +6,15 @@
 // RSS growth: the median RSS (5-s samples) over the last warm-up-long window against the
 // median over the window right after the warm-up, and the peak.
 //
+// Every mode also prints soak_rss with params.process for every child of `up` (its log's
+// "started NAME (pid N)" lines) and the same growth summary for each. Fleet mode (--fleet:
+// `up --workers 2`, 30 minutes and a 5-minute warm-up unless given, traffic that moves from
+// one domain to the next every --shift-minutes) adds, every interval, the Redis stream's
+// length, redis-server's used memory (INFO memory) and the trainer's ingested records.
+//
 //   soak_bench [--clients 32] [--minutes 20] [--interval 60] [--warmup-minutes 2]
 //              [--max-tokens 32] [--data DIR] [--keep-data] [--up-arg ARG ...]
+//              [--fleet] [--workers N] [--shift-minutes M]
 //
 // The trainer gets a loose gate by default (--eval-every 50, --min-gain -1,
 // --max-domain-regression 1), so it publishes and the server swaps drafts during the run: the
@@ -26,6 +33,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <regex>
 #include <sstream>
@@ -37,6 +45,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "buffer/redis_client.h"
 #include "common/base/free_port.h"
 #include "common/observe/process_metrics.h"
 #include "common/tokenizer/model_config.h"
@@ -86,6 +95,48 @@ int ChildPid(const std::string& log, const std::string& name) {
     if (std::regex_search(line, m, r)) pid = std::stoi(m[1].str());
   }
   return pid;
+}
+
+// Every "started NAME (pid N)" of `log`: NAME -> its last pid.
+std::map<std::string, int> ChildPids(const std::string& log) {
+  std::ifstream in(log);
+  std::string line;
+  std::map<std::string, int> out;
+  const std::regex r("started ([A-Za-z0-9_-]+) \\(pid (\\d+)\\)");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, r)) out[m[1].str()] = std::stoi(m[2].str());
+  }
+  return out;
+}
+
+// The Redis address `up` prints ("records through Redis at HOST:PORT"); port 0 when absent.
+int RedisPort(const std::string& log) {
+  std::ifstream in(log);
+  std::string line;
+  const std::regex r("records through Redis at [0-9.]+:(\\d+)");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, r)) return std::stoi(m[1].str());
+  }
+  return 0;
+}
+
+// XLEN of the record stream and redis-server's used_memory (MiB); -1 each when unreadable.
+void RedisStream(int port, double* length, double* used_mib) {
+  *length = *used_mib = -1;
+  std::unique_ptr<specloop::RedisClient> c;
+  specloop::RedisReply r;
+  if (port <= 0 || !specloop::RedisClient::Connect("127.0.0.1", port, 2.0, &c).ok()) return;
+  if (c->Command({"XLEN", "specloop:records"}, &r).ok() &&
+      r.type == specloop::RedisReply::Type::kInteger) {
+    *length = static_cast<double>(r.integer);
+  }
+  if (c->Command({"INFO", "memory"}, &r).ok()) {
+    std::smatch m;
+    static const std::regex used_re("used_memory:(\\d+)");
+    if (std::regex_search(r.str, m, used_re)) *used_mib = std::stod(m[1].str()) / (1 << 20);
+  }
 }
 
 // GET http://127.0.0.1:port/path with a fresh client; true on 200, the body in *body.
@@ -149,7 +200,9 @@ int main(int argc, char** argv) {
   int clients = 32, max_tokens = 32;
   double minutes = 20, interval = 60, warmup_minutes = 2;
   std::string binary = SPECLOOP_BINARY, shared = SPECLOOP_SHARED_DIR, data;
-  bool keep_data = false;
+  bool keep_data = false, fleet = false;
+  int workers = 1;
+  double shift_minutes = 0;
   std::vector<std::string> up_args = {"--train-arg=--eval-every=50", "--train-arg=--min-gain=-1",
                                       "--train-arg=--max-domain-regression=1"};
   app.add_option("--clients", clients)->capture_default_str();
@@ -162,7 +215,26 @@ int main(int argc, char** argv) {
   app.add_option("--data", data, "data dir (default: a fresh temporary one)");
   app.add_flag("--keep-data", keep_data);
   app.add_option("--up-arg", up_args, "extra `specloop up` arguments (replace the defaults)");
+  auto* minutes_opt = app.get_option("--minutes");
+  auto* warmup_opt = app.get_option("--warmup-minutes");
+  app.add_flag("--fleet", fleet,
+               "`up --workers 2` (unless --workers), 30 minutes, 5 of warm-up and domains "
+               "shifting every 5 minutes unless given");
+  auto* workers_opt = app.add_option("--workers", workers, "serving workers (up --workers)")
+                          ->check(CLI::Range(1, 16))
+                          ->capture_default_str();
+  auto* shift_opt = app.add_option("--shift-minutes", shift_minutes,
+                                   "traffic of one domain at a time, the next every M minutes "
+                                   "(0: every domain mixed)")
+                        ->check(CLI::NonNegativeNumber)
+                        ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (fleet) {
+    if (workers_opt->count() == 0) workers = 2;
+    if (minutes_opt->count() == 0) minutes = 30;
+    if (warmup_opt->count() == 0) warmup_minutes = 5;
+    if (shift_opt->count() == 0) shift_minutes = 5;
+  }
 
   const auto prompts = LoadPrompts(shared, max_tokens);
   if (prompts.empty()) {
@@ -180,6 +252,7 @@ int main(int argc, char** argv) {
                                    "--draft", shared + "/models/draft-mix-1m", "--data",
                                    data + "/up", "--port", std::to_string(port),
                                    "--trainer-metrics-port", std::to_string(trainer_port)};
+  if (workers > 1) args.insert(args.end(), {"--workers", std::to_string(workers)});
   args.insert(args.end(), up_args.begin(), up_args.end());
   const pid_t up = fork();
   if (up == 0) {
@@ -191,8 +264,14 @@ int main(int argc, char** argv) {
     execv(a[0], a.data());
     _exit(127);
   }
-  const json params = {{"clients", clients}, {"minutes", minutes}, {"max_tokens", max_tokens},
-                       {"up_args", up_args}};
+  const json params = {{"clients", clients},       {"minutes", minutes},
+                       {"max_tokens", max_tokens}, {"up_args", up_args},
+                       {"workers", workers},       {"shift_minutes", shift_minutes}};
+  // Prompts by domain, in LoadPrompts' order, for domain-shifting traffic.
+  std::vector<std::string> domains;
+  for (const auto& [d, text] : prompts) {
+    if (domains.empty() || domains.back() != d) domains.push_back(d);
+  }
   // Wait for the server and the trainer.
   const auto ready_deadline = Clock::now() + std::chrono::seconds(120);
   while (Clock::now() < ready_deadline && !(Get(port, "/health") && ChildPid(log, "train") > 0)) {
@@ -207,13 +286,27 @@ int main(int argc, char** argv) {
 
   Window window;
   std::atomic<bool> stop{false};
+  const auto traffic_start = Clock::now();
+  // The prompt a client sends as its i-th: any domain, or only the current phase's.
+  auto pick = [&](size_t i) -> const std::pair<std::string, std::string>& {
+    if (shift_minutes <= 0) return prompts[i % prompts.size()];
+    const double m =
+        std::chrono::duration<double>(Clock::now() - traffic_start).count() / 60.0;
+    const std::string& d = domains[static_cast<size_t>(m / shift_minutes) % domains.size()];
+    size_t first = 0, count = 0;
+    for (size_t j = 0; j < prompts.size(); ++j) {
+      if (prompts[j].first != d) continue;
+      if (count++ == 0) first = j;
+    }
+    return prompts[first + i % count];
+  };
   std::atomic<int64_t> total_requests{0}, total_errors{0};
   std::vector<double> all_latencies;
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
       for (size_t i = static_cast<size_t>(c) * 7919; !stop.load(); ++i) {
-        const auto& [domain, prompt] = prompts[i % prompts.size()];
+        const auto& [domain, prompt] = pick(i);
         const std::string body = json{{"prompt", prompt}, {"max_tokens", max_tokens},
                                       {"temperature", 0.8}, {"top_p", 0.95},
                                       {"domain", domain}}
@@ -251,10 +344,23 @@ int main(int argc, char** argv) {
     double t, serve, train;
   };
   std::vector<RssSample> rss_samples;
+  // Every child's (and redis-server's used memory, as "redis_used"): name -> (t, MiB).
+  std::mutex all_mu;
+  std::map<std::string, std::vector<std::pair<double, double>>> all_rss;
+  const int redis_port = workers > 1 ? RedisPort(log) : 0;
   std::thread rss_sampler([&] {
     while (!stop.load()) {
       const double t = std::chrono::duration<double>(Clock::now() - start).count();
       rss_samples.push_back({t, RssMiB(ChildPid(log, "serve")), RssMiB(ChildPid(log, "train"))});
+      {
+        std::lock_guard<std::mutex> lock(all_mu);
+        for (const auto& [name, pid] : ChildPids(log)) all_rss[name].push_back({t, RssMiB(pid)});
+        if (redis_port > 0) {
+          double length, used;
+          RedisStream(redis_port, &length, &used);
+          if (used >= 0) all_rss["redis_used"].push_back({t, used});
+        }
+      }
       for (int i = 0; i < 50 && !stop.load(); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
@@ -296,6 +402,17 @@ int main(int argc, char** argv) {
     Emit("soak_rss_serve", p, rss_serve, "MiB");
     Emit("soak_rss_train", p, rss_train, "MiB");
     Emit("soak_draft_version", p, version, "version");
+    for (const auto& [name, pid] : ChildPids(log)) {
+      json q = p;
+      q["process"] = name;
+      Emit("soak_rss", q, RssMiB(pid), "MiB");
+    }
+    if (redis_port > 0) {
+      double length, used;
+      RedisStream(redis_port, &length, &used);
+      Emit("soak_stream_entries", p, length, "entries");
+      Emit("soak_redis_used_memory", p, used, "MiB");
+    }
     // What the trainer's memory is: anonymous (heap) or mapped files, and its held-out set,
     // which fills up to its cap (max_heldout_per_domain records per domain).
     const int train_pid = ChildPid(log, "train");
@@ -359,6 +476,27 @@ int main(int argc, char** argv) {
     Emit(n + "_growth", params, warm > 0 ? 100 * (last / warm - 1) : 0, "%");
     Emit(n + "_floor_growth", params, warm_floor > 0 ? 100 * (last_floor / warm_floor - 1) : 0,
          "%");
+  }
+  // The same growth summary for every child (and redis-server's used memory).
+  for (const auto& [name, samples] : all_rss) {
+    auto pct = [&](double from, double to, double q) {
+      std::vector<double> v;
+      for (const auto& [t, mib] : samples) {
+        if (t >= from && t <= to && mib > 0) v.push_back(mib);
+      }
+      return Percentile(v, q);
+    };
+    const double warm = pct(warm_s, 2 * warm_s, 0.5), last = pct(end_s - warm_s, end_s, 0.5);
+    double peak = 0;
+    for (const auto& [t, mib] : samples) {
+      if (t >= warm_s) peak = std::max(peak, mib);
+    }
+    json q = params;
+    q["process"] = name;
+    Emit("soak_process_rss_after_warmup", q, warm, "MiB");
+    Emit("soak_process_rss_end", q, last, "MiB");
+    Emit("soak_process_rss_peak", q, peak, "MiB");
+    Emit("soak_process_rss_growth", q, warm > 0 ? 100 * (last / warm - 1) : 0, "%");
   }
   if (!window.first_error.empty()) std::cerr << "first error: " << window.first_error << "\n";
 
