@@ -213,7 +213,19 @@ means = {a: statistics.mean(med[(i, a)] for i in range(len(prompts))) for a in a
 print('| mean | ' + ' | '.join('%.0f' % means[a] for a in arms) + ' |')
 print('| text agreeing with specloop_plain (min) | ' + ' | '.join('%.2f' % min(agree[a]) for a in arms) + ' |')
 best_llama = max(means[a] for a in arms if a.startswith('llamacpp_d'))
+# The same two ratios within each repetition (means over the prompts): their spread.
+per_rep = []
+for rep in range(int(E['REPS'])):
+    m = {a: statistics.mean(rates[(i, a)][rep] for i in range(len(prompts))) for a in arms}
+    per_rep.append((m['specloop_auto'] / max(m[a] for a in arms if a.startswith('llamacpp_d')),
+                    m['specloop_plain'] / m['llamacpp_plain']))
+for name, k in (('specloop_auto_over_best_llamacpp_speculative', 0), ('specloop_plain_over_llamacpp_plain', 1)):
+    print(json.dumps({'name': 'peer_llamacpp_' + name, 'params': dict(common, reps=len(per_rep),
+                      per_rep=[round(r[k], 3) for r in per_rep]), 'value': round(statistics.median(r[k] for r in per_rep), 3),
+                      'unit': 'ratio'}))
 print()
-print('specloop_auto / best llama.cpp speculative arm (means): %.2fx; specloop_plain / llamacpp_plain: %.2fx'
-      % (means['specloop_auto'] / best_llama, means['specloop_plain'] / means['llamacpp_plain']))
+print('specloop_auto / best llama.cpp speculative arm (means): %.2fx (repetitions %.2f-%.2f); '
+      'specloop_plain / llamacpp_plain: %.2fx (%.2f-%.2f)'
+      % (means['specloop_auto'] / best_llama, min(r[0] for r in per_rep), max(r[0] for r in per_rep),
+         means['specloop_plain'] / means['llamacpp_plain'], min(r[1] for r in per_rep), max(r[1] for r in per_rep)))
 EOF
