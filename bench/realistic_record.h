@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "buffer/half.h"
+#include "common/base/half.h"
 #include "buffer/record.h"
 #include "common/base/rng.h"
 

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "buffer/half.h"
+#include "common/base/half.h"
 #include "buffer/keys.h"
 #include "buffer/record_codec.h"
 #include "buffer/rocksdb_options.h"

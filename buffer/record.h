@@ -29,7 +29,7 @@ struct SpecStep {
   // The target's raw (temperature 1) distribution at each of the k+1 positions, stored
   // sparsely as its top-K entries, flattened position-major:
   //   topk_ids[j * K + i], topk_logprobs[j * K + i] for position j in [0, k], entry i in [0, K)
-  // where K = Record::top_k. Log-probs are IEEE fp16 bit patterns (buffer/half.h converts).
+  // where K = Record::top_k. Log-probs are IEEE fp16 bit patterns (common/base/half.h converts).
   std::vector<int32_t> topk_ids;
   std::vector<uint16_t> topk_logprobs;
   // Probability mass outside the top-K at each of the k+1 positions (size k+1), in [0, 1].

@@ -1,7 +1,6 @@
 #include "buffer/replay_buffer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <mutex>
 
 #include <rocksdb/convenience.h>
@@ -13,12 +12,6 @@
 #include "buffer/rocksdb_options.h"
 
 namespace specloop {
-
-uint64_t NowMicros() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
 
 Status ReplayBuffer::Open(const BufferOptions& options, const std::string& dir,
                           std::unique_ptr<ReplayBuffer>* buffer) {

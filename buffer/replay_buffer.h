@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "buffer/record.h"
+#include "common/base/clock.h"  // NowMicros(): the clock of time_us and now_us
 #include "common/base/status.h"
 
 namespace rocksdb {
@@ -89,7 +90,7 @@ class ReplayBuffer {
   // Applies the age and size limits of BufferOptions: deletes the oldest key range (one atomic
   // range deletion over records and index), then drops the SST files it covers and compacts
   // the boundary. Never holds a lock that Write() needs, so writers are not stalled; meant to
-  // run on its own thread. `now_us` is the current time for the age limit.
+  // run on its own thread. `now_us` is the current time for the age limit (NowMicros()).
   Status EnforceRetention(uint64_t now_us, RetentionResult* result = nullptr);
 
   // Bytes of live SST files plus memtables over both column families: the size that
@@ -123,8 +124,5 @@ class ReplayBuffer {
   uint64_t next_seq_ = 0;
   std::mutex retention_mu_;  // one retention step at a time
 };
-
-// Microseconds since the Unix epoch (CLOCK_REALTIME).
-uint64_t NowMicros();
 
 }  // namespace specloop

@@ -13,6 +13,7 @@
 
 #include <httplib.h>
 
+#include "common/base/clock.h"
 #include "common/observe/metrics.h"
 
 namespace specloop {
@@ -21,12 +22,6 @@ namespace {
 
 constexpr int kListenBacklog = 1024;  // as HttpServer's: httplib's 5 drops connection bursts
 constexpr char kMetricsContentType[] = "text/plain; version=0.0.4; charset=utf-8";
-
-int64_t NowMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Headers of one connection, not of the message (RFC 9110 section 7.6.1), the ones httplib
 // sets itself, and the pseudo-headers its server adds to a request (REMOTE_ADDR, ...).
@@ -162,7 +157,7 @@ Status FrontProxy::Impl::Init() {
 size_t FrontProxy::Impl::Pick(const std::vector<bool>& tried) {
   const size_t n = upstreams.size();
   const size_t first = turn.fetch_add(1) % n;
-  const int64_t now = NowMicros();
+  const int64_t now = SteadyMicros();
   size_t best = n;
   bool best_down = true;
   for (size_t k = 0; k < n; ++k) {
@@ -253,7 +248,7 @@ void FrontProxy::Impl::Relay(const httplib::Request& req, httplib::Response& res
                            ex->error == httplib::Error::ConnectionTimeout;
       CountError(up, refused ? "connect" : "lost");
       if (refused) {
-        up->down_until_us.store(NowMicros() + int64_t(options.down_seconds * 1e6));
+        up->down_until_us.store(SteadyMicros() + int64_t(options.down_seconds * 1e6));
         up->up_gauge->Set(0);
       }
       continue;

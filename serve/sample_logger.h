@@ -7,11 +7,14 @@
 // end of the request the final tokens; per prompt chunk of the prefill, the rows of the prompt
 // positions it computed (AddPromptRows). A worker thread does the rest off the decoding path:
 // log-softmax at temperature 1, the top-K ids and log-probs (fp16), the tail mass, and the
-// ReplayLogger::Log() of the finished record.
+// ReplayLogger::Log() of the finished record. Records are built by buffer/record_builder.h
+// (top-K with ties toward lower ids, fp16 log-probs, tail mass, prompt rows as k = 0 steps),
+// the builder synthetic traffic uses too.
 //
 // Never blocks the caller: past `max_pending_steps` queued steps a step is dropped (the record
 // is still written, without that step) and counted (prompt rows count a step each, and a
-// chunk's rows are kept or dropped together); ReplayLogger drops are counted there.
+// chunk's rows are kept or dropped together); so is a step the builder refuses (rows not
+// k + 1, num_accepted > k, prompt rows outside the prompt). ReplayLogger drops are counted there.
 //
 // Thread safety: Begin/AddStep/AddPromptRows/Finish from one thread (the scheduler); stats from any.
 #pragma once
@@ -28,6 +31,7 @@
 #include <ATen/ATen.h>
 
 #include "buffer/record.h"
+#include "buffer/record_builder.h"
 #include "buffer/replay_logger.h"
 
 namespace specloop {
@@ -41,11 +45,6 @@ struct SampleLoggerOptions {
   uint32_t worker_id = 0;
   std::string target_id;
 };
-
-// Fills `step`'s top-K fields from `rows` ([k + 1, vocab] float32 logits, contiguous rows):
-// for each row the K largest raw log-probs at temperature 1 (ties toward lower ids, in
-// decreasing order), as fp16 bits, and the mass outside them. Exposed for tests.
-void FillTopK(const float* rows, int num_rows, int vocab, int top_k, SpecStep* step);
 
 class SampleLogger {
  public:
@@ -79,6 +78,8 @@ class SampleLogger {
 
   uint64_t steps_dropped() const { return steps_dropped_.load(); }
   uint64_t records_submitted() const { return records_submitted_.load(); }
+  // Finished records the builder refused (final tokens shorter than the prompt): not logged.
+  uint64_t records_refused() const { return records_refused_.load(); }
   // Steps and records waiting for the worker.
   size_t pending() const;
 
@@ -99,7 +100,7 @@ class SampleLogger {
 
   ReplayLogger* const logger_;
   const SampleLoggerOptions options_;
-  std::atomic<uint64_t> steps_dropped_{0}, records_submitted_{0};
+  std::atomic<uint64_t> steps_dropped_{0}, records_submitted_{0}, records_refused_{0};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

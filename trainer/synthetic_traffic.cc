@@ -5,7 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "buffer/half.h"
+#include "buffer/record_builder.h"
 #include "common/engine/draft_model_proposer.h"
 #include "common/engine/speculative_decoder.h"
 #include "common/tokenizer/tokenizer.h"
@@ -16,48 +16,48 @@ namespace trainer {
 Status DecodeToRecord(const LlamaModel& target, const LlamaModel& draft,
                       const std::vector<int>& prompt, const std::string& domain,
                       const std::string& request_id, const TrafficOptions& o, Record* record) {
-  Record r;
-  r.domain = domain;
-  r.request_id = request_id;
-  r.target_id = "target";
-  r.top_k = static_cast<uint32_t>(o.top_k);
+  if (prompt.empty()) return Status::InvalidArgument("empty prompt");
+  RecordInfo info;
+  info.domain = domain;
+  info.request_id = request_id;
+  info.target_id = "target";
+  info.top_k = o.top_k;
   GenerateOptions go;
   go.max_tokens = o.max_tokens;
   go.sampling.temperature = o.temperature;
   go.sampling.seed = o.seed;
-  r.sampling = go.sampling;
-  r.prompt_len = static_cast<uint32_t>(prompt.size());
+  info.sampling = go.sampling;
+  RecordBuilder builder(info, static_cast<uint32_t>(prompt.size()));
   try {
     c10::InferenceMode guard;
     DraftModelProposer proposer(&draft, go.sampling);
-    SpeculativeDecoder dec(&target, &proposer, prompt, go);
+    SpeculativeDecoder dec(&target, &proposer, prompt, go, /*defer_prefill=*/true);
+    if (dec.prefill_remaining() > 0) {
+      // The prefill as serving logs it: the target's row at every prompt position but the
+      // first (row i predicts tokens[i + 1]); the last position's row is the first step's.
+      ForwardInput in = dec.PrefillInput(dec.prefill_remaining());
+      in.all_logits = true;
+      const at::Tensor rows = target.Forward({in}).to(at::kCPU, at::kFloat).contiguous();
+      SPECLOOP_RETURN_IF_ERROR(builder.AddPromptRows(1, rows.data_ptr<float>(),
+                                                     static_cast<int>(rows.size(0)),
+                                                     static_cast<int>(rows.size(1))));
+    }
     while (!dec.finished()) {
       dec.Propose(o.k);
-      SpecStep st;
-      st.start_pos = static_cast<uint32_t>(dec.tokens().size());
-      st.draft_tokens = dec.draft().tokens;
-      const int64_t k = static_cast<int64_t>(st.draft_tokens.size());
+      const uint32_t start_pos = static_cast<uint32_t>(dec.tokens().size());
+      std::vector<int32_t> drafts(dec.draft().tokens.begin(), dec.draft().tokens.end());
+      const int64_t k = static_cast<int64_t>(drafts.size());
       at::Tensor logits = target.Forward({dec.TargetInput()}).to(at::kCPU, at::kFloat);
-      at::Tensor lp = at::log_softmax(logits.narrow(0, logits.size(0) - (k + 1), k + 1), -1);
-      auto [vals, ids] = lp.topk(o.top_k, -1);
-      at::Tensor tail = (1 - vals.exp().sum(-1)).clamp(0, 1).contiguous();
-      vals = vals.contiguous();
-      ids = ids.to(at::kInt).contiguous();
-      const float* v = vals.data_ptr<float>();
-      const int32_t* id = ids.data_ptr<int32_t>();
-      st.topk_ids.assign(id, id + (k + 1) * o.top_k);
-      for (int64_t i = 0; i < (k + 1) * o.top_k; ++i) st.topk_logprobs.push_back(FloatToHalf(v[i]));
-      st.tail_mass.assign(tail.data_ptr<float>(), tail.data_ptr<float>() + k + 1);
+      const at::Tensor rows = logits.narrow(0, logits.size(0) - (k + 1), k + 1).contiguous();
       dec.Commit(logits);
-      st.num_accepted = static_cast<uint32_t>(dec.last_accepted());
-      r.steps.push_back(std::move(st));
+      SPECLOOP_RETURN_IF_ERROR(builder.AddStep(
+          start_pos, std::move(drafts), static_cast<uint32_t>(dec.last_accepted()),
+          rows.data_ptr<float>(), static_cast<int>(rows.size(0)), static_cast<int>(rows.size(1))));
     }
-    r.tokens.assign(dec.tokens().begin(), dec.tokens().end());
+    return builder.Finish(std::vector<int32_t>(dec.tokens().begin(), dec.tokens().end()), record);
   } catch (const c10::Error& e) {
     return Status::IOError(std::string("decoding: ") + e.what_without_backtrace());
   }
-  *record = std::move(r);
-  return Status::OK();
 }
 
 Status LoadDomainPrompts(const std::string& shared_dir, const std::string& domain,

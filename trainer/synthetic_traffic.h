@@ -24,7 +24,10 @@ struct TrafficOptions {
 };
 
 // Decodes `prompt` (BOS included) with `target` verifying `draft`'s proposals and fills
-// *record (time_us left 0; draft_version 0). IOError wraps a LibTorch failure.
+// *record (time_us left 0; draft_version 0) through buffer/record_builder.h, as serving's
+// SampleLogger does: a prompt row (k = 0 step) at each prompt position 1 .. prompt_len - 1,
+// then one step per verification. InvalidArgument for an empty prompt; IOError wraps a
+// LibTorch failure.
 Status DecodeToRecord(const LlamaModel& target, const LlamaModel& draft,
                       const std::vector<int>& prompt, const std::string& domain,
                       const std::string& request_id, const TrafficOptions& options,

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "buffer/half.h"
+#include "common/base/half.h"
 #include "trainer/heldout_split.h"
 
 namespace specloop {

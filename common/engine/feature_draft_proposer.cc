@@ -5,13 +5,12 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include "common/base/clock.h"
+
 namespace specloop {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double SecondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 }  // namespace
 
 FeatureDraftProposer::FeatureDraftProposer(const Eagle3Head* head, const SamplingParams& sampling,

@@ -194,28 +194,6 @@ void LinearRows(const float* x, int64_t M, int64_t K, const void* w, WeightType 
   LinearRowsIsa(ActiveIsa(), x, M, K, w, type, out, ldo, o_begin, o_end, accumulate);
 }
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000 | (mant << 13);  // inf, nan
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal: normalize
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x400) == 0);
-    bits = sign | ((112 - e) << 23) | ((mant & 0x3ff) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 float BFloat16ToFloat(uint16_t b) {
   const uint32_t bits = static_cast<uint32_t>(b) << 16;
   float f;

@@ -14,6 +14,8 @@
 #include <memory>
 #include <vector>
 
+#include "common/base/half.h"
+
 namespace specloop {
 
 enum class WeightType : uint8_t { kFloat32, kFloat16, kBFloat16 };
@@ -77,8 +79,8 @@ void LinearPacked(const float* x, int64_t M, const PackedMatrix& w, float* out, 
 void LinearPackedIsa(Isa isa, const float* x, int64_t M, const PackedMatrix& w, float* out,
                      int64_t ldo, int64_t panel_begin, int64_t panel_end, bool accumulate);
 
-// float16 and bfloat16 bit patterns to float (exact) and back (round to nearest even).
-float HalfToFloat(uint16_t h);
+// bfloat16 bit pattern to float (exact). float16's HalfToFloat / FloatToHalf are in
+// common/base/half.h (included above).
 float BFloat16ToFloat(uint16_t b);
 
 }  // namespace specloop

@@ -11,7 +11,7 @@
 
 #include <rocksdb/db.h>
 
-#include "buffer/half.h"
+#include "common/base/half.h"
 #include "buffer/keys.h"
 #include "buffer/replay_logger.h"
 #include "tests/buffer/test_util.h"

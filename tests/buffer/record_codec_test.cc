@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "buffer/crc32c.h"
-#include "buffer/half.h"
+#include "common/base/half.h"
 #include "buffer/keys.h"
 #include "tests/buffer/test_util.h"
 

@@ -4,7 +4,7 @@
 #include <limits>
 #include <string>
 
-#include "buffer/half.h"
+#include "common/base/half.h"
 #include "buffer/record.h"
 #include "common/base/rng.h"
 #include "tests/testing/temp_dir.h"

@@ -18,7 +18,7 @@
 
 #include <c10/core/InferenceMode.h>
 
-#include "buffer/half.h"
+#include "common/base/half.h"
 #include "buffer/replay_logger.h"
 #include "serve/sample_logger.h"
 #include "tests/serve/buffer_records.h"

@@ -14,7 +14,7 @@
 #include <iostream>
 #include <numeric>
 
-#include "buffer/half.h"
+#include "common/base/half.h"
 #include "common/engine/feature_draft_proposer.h"
 #include "common/base/rng.h"
 #include "tests/common/test_models.h"

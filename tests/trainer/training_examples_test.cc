@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "buffer/half.h"
+#include "common/base/half.h"
 #include "trainer/distill_loss.h"
 
 namespace specloop {

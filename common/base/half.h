@@ -1,6 +1,10 @@
-// IEEE 754 binary16 <-> binary32 conversion in portable C++ (no F16C intrinsics needed).
+// IEEE 754 binary16 <-> binary32 conversion in portable C++ (no F16C intrinsics needed), the one
+// definition for the whole tree: the replay buffer's fp16 log-probs (buffer/record.h) and the
+// CPU kernels' float16 weights (common/kernels/linear_kernels.h; its AVX2/AVX-512 variants
+// convert with F16C, and tests/common/linear_kernels_test.cc checks every bit pattern agrees).
 // FloatToHalf rounds to nearest even, saturates to +-inf beyond the fp16 range, keeps NaN a
-// NaN (quiet) and produces subnormals; HalfToFloat is exact.
+// NaN (quiet) and produces subnormals; HalfToFloat is exact. Inline: the portable kernel
+// calls HalfToFloat per weight.
 #pragma once
 
 #include <cstdint>
