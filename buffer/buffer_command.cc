@@ -1,4 +1,5 @@
 // `specloop buffer stats|export|verify DIR`: inspecting a replay buffer (DESIGN.md section 1);
+// `specloop buffer repair DIR --out NEW`: salvaging a damaged one;
 // `specloop buffer ship|ingest`: moving records through a Redis stream (many workers).
 #include <signal.h>
 
@@ -77,8 +78,17 @@ int RunStats(const std::string& dir) {
   for (const auto& [d, n] : st.domains) std::cout << "  " << (d.empty() ? "\"\"" : d) << " " << n << "\n";
   std::cout << "draft versions\n";
   for (const auto& [v, n] : st.draft_versions) std::cout << "  v" << v << " " << n << "\n";
-  if (st.corrupt > 0) {
-    std::cout << "corrupt        " << st.corrupt << " (run `specloop buffer verify`)\n";
+  if (st.damaged()) {
+    std::cout << "corrupt        " << st.corrupt << " (records that do not decode, skipped)\n"
+              << "damaged blocks " << st.damaged_block_records
+              << " records lost in damaged SST blocks (skipped)\n";
+    if (st.wal_damaged) {
+      std::cout << "damaged WAL    " << st.damaged_wal_records
+                << " records lost with damaged WAL records (skipped)\n";
+    }
+    for (const auto& f : st.damaged_files) std::cout << "  damaged " << f << "\n";
+    std::cout << "run `specloop buffer verify` for details, `specloop buffer repair` to copy "
+                 "the intact records out\n";
     return 1;
   }
   return 0;
@@ -111,13 +121,35 @@ int RunVerify(const std::string& dir) {
   Status s = VerifyBuffer(dir, &r);
   std::cout << "records " << r.records << ", corrupt " << r.corrupt_records << ", bad keys "
             << r.bad_keys << ", index entries " << r.index_entries << ", dangling index "
-            << r.dangling_index << ", unindexed " << r.unindexed_records << "\n";
+            << r.dangling_index << ", unindexed " << r.unindexed_records
+            << ", lost in damaged blocks " << r.damaged_block_records << " records / "
+            << r.damaged_index_entries << " index entries, lost in the WAL "
+            << r.damaged_wal_records << "\n";
+  for (const auto& f : r.damaged_files) {
+    std::cout << "damaged file " << f.file << " (" << f.column_family << "): " << f.lost()
+              << " of " << f.entries << " entries lost"
+              << (f.unopenable ? " (unreadable)" : "") << "\n";
+  }
   for (const auto& p : r.problems) std::cout << "  " << p << "\n";
   if (!s.ok()) {
     std::cerr << "specloop buffer verify: " << s.ToString() << "\n";
     return 1;
   }
   std::cout << "OK\n";
+  return 0;
+}
+
+int RunRepair(const std::string& dir, const std::string& out) {
+  RepairReport r;
+  Status s = RepairBuffer(dir, out, &r);
+  if (!s.ok()) {
+    std::cerr << "specloop buffer repair: " << s.ToString() << "\n";
+    return s.IsInvalidArgument() ? 2 : 1;
+  }
+  std::cout << "copied " << r.copied << " records to " << out << "; skipped "
+            << r.damaged_block_records << " in damaged blocks, " << r.undecodable
+            << " that do not decode, " << r.damaged_wal_records << " lost in the WAL\n";
+  for (const auto& f : r.damaged_files) std::cout << "  damaged " << f << "\n";
   return 0;
 }
 
@@ -244,9 +276,21 @@ void AddBufferCommand(CLI::App& app, int* exit_code) {
   });
 
   auto verify_dir = std::make_shared<std::string>();
-  auto* verify = cmd->add_subcommand("verify", "check every record's checksum and format");
+  auto* verify = cmd->add_subcommand(
+      "verify", "check every block and record; name damaged files and records");
   verify->add_option("dir", *verify_dir, "buffer directory")->required();
   verify->callback([verify_dir, exit_code] { *exit_code = RunVerify(*verify_dir); });
+
+  auto repair_dirs = std::make_shared<std::pair<std::string, std::string>>();
+  auto* repair = cmd->add_subcommand(
+      "repair", "copy every intact record into a new buffer, stepping over damage");
+  repair->add_option("dir", repair_dirs->first, "damaged buffer directory (only read)")
+      ->required();
+  repair->add_option("--out", repair_dirs->second, "new buffer directory (must not exist)")
+      ->required();
+  repair->callback([repair_dirs, exit_code] {
+    *exit_code = RunRepair(repair_dirs->first, repair_dirs->second);
+  });
 
   auto redis = std::make_shared<std::string>("127.0.0.1:6379");
   auto so = std::make_shared<ShipperOptions>();

@@ -8,6 +8,8 @@
 #include "buffer/keys.h"
 #include "buffer/record_codec.h"
 #include "buffer/rocksdb_options.h"
+#include "buffer/salvage_iterator.h"
+#include "buffer/sst_damage.h"
 #include "common/base/remove_tree.h"
 
 namespace specloop {
@@ -15,7 +17,8 @@ namespace specloop {
 struct ReplayReader::Dir {
   std::string path;
   rocksdb::DB* db = nullptr;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;  // [records, index]
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;  // [records, index, meta]
+  bool read_only = false;  // opened read-only past a damaged WAL record: no catch-up
   // Per domain, the last index key already in the catalog. GUARDED_BY(catch_up_mu_)
   std::map<std::string, std::string> last_index_key;
   ~Dir() { CloseDb(db, &handles); }
@@ -26,6 +29,14 @@ struct ReplayReader::Dir {
     return FromRocks(db->Get(rocksdb::ReadOptions(), handles[0],
                              rocksdb::Slice(key.data(), key.size()), value),
                      "reading record");
+  }
+  // Column family `cf` (0 records, 1 index) under `ro` (which must outlive it), stepping over
+  // damaged blocks.
+  std::unique_ptr<SalvagingIterator> Salvaging(int cf, const rocksdb::ReadOptions* ro) const {
+    rocksdb::DB* d = db;
+    rocksdb::ColumnFamilyHandle* h = handles[cf];
+    return std::make_unique<SalvagingIterator>([d, h, ro] { return d->NewIterator(*ro, h); },
+                                               cf == 0 ? kRecordKeySize : kRecordKeySize + 64);
   }
 };
 
@@ -62,7 +73,13 @@ Status ReplayReader::Open(const ReaderOptions& options, const std::vector<std::s
     const std::string sec = r->secondary_root_ + "/" + std::to_string(i);
     std::error_code ec;
     std::filesystem::create_directories(sec, ec);
-    SPECLOOP_RETURN_IF_ERROR(OpenSecondary(dirs[i], sec, &d->db, &d->handles));
+    SPECLOOP_RETURN_IF_ERROR(OpenSecondary(dirs[i], sec, &d->db, &d->handles, &d->read_only));
+    if (d->read_only) {  // read past a damaged WAL record: count the writes lost
+      uint64_t missing = 0;
+      SPECLOOP_RETURN_IF_ERROR(MissingSeqs(d->db, d->handles, &missing).Annotate(dirs[i]));
+      std::lock_guard<std::mutex> lock(r->damage_mu_);
+      r->skipped_["damaged_wal"] += missing;
+    }
     r->dirs_.push_back(std::move(d));
   }
   {
@@ -102,6 +119,7 @@ void ReplayReader::CatchUpLoop() {
 Status ReplayReader::CatchUp() {
   std::lock_guard<std::mutex> lock(catch_up_mu_);
   for (auto& d : dirs_) {
+    if (d->read_only) continue;  // opened past a damaged WAL: the state at open
     SPECLOOP_RETURN_IF_ERROR(
         FromRocks(d->db->TryCatchUpWithPrimary(), "catching up with " + d->path));
   }
@@ -111,17 +129,19 @@ Status ReplayReader::CatchUp() {
 Status ReplayReader::RefreshCatalog() {
   std::map<std::string, std::vector<Entry>> fresh;
   std::vector<uint64_t> oldest(dirs_.size(), 0);
+  const rocksdb::ReadOptions ro;
   for (size_t di = 0; di < dirs_.size(); di++) {
     Dir& d = *dirs_[di];
     {
-      std::unique_ptr<rocksdb::Iterator> it(d.db->NewIterator(rocksdb::ReadOptions(),
-                                                              d.handles[0]));
+      auto it = d.Salvaging(0, &ro);
       it->SeekToFirst();
       if (it->Valid()) ParseRecordKey(View(it->key()), &oldest[di], nullptr, nullptr);
-      SPECLOOP_RETURN_IF_ERROR(FromRocks(it->status(), "reading " + d.path));
+      SPECLOOP_RETURN_IF_ERROR(it->status().Annotate("reading " + d.path));
+      if (!it->damaged().empty()) {
+        CountDamage(di, 0, "", it->Valid() ? it->key().ToString() : std::string());
+      }
     }
-    std::unique_ptr<rocksdb::Iterator> it(d.db->NewIterator(rocksdb::ReadOptions(),
-                                                            d.handles[1]));
+    auto it = d.Salvaging(1, &ro);
     it->SeekToFirst();
     while (it->Valid()) {
       std::string_view domain, rk;
@@ -150,7 +170,8 @@ Status ReplayReader::RefreshCatalog() {
       next.push_back('\x01');  // past every key of this domain
       it->Seek(next);
     }
-    SPECLOOP_RETURN_IF_ERROR(FromRocks(it->status(), "reading index of " + d.path));
+    SPECLOOP_RETURN_IF_ERROR(it->status().Annotate("reading index of " + d.path));
+    for (const DamagedRange& r : it->damaged()) CountDamage(di, 1, r.after, r.resume);
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [dom, entries] : fresh) {
@@ -181,17 +202,76 @@ Status ReplayReader::RefreshCatalog() {
 Status ReplayReader::ReadRecord(size_t dir, std::string_view key, Record* record) {
   Dir& d = *dirs_[dir];
   rocksdb::PinnableSlice value;
-  SPECLOOP_RETURN_IF_ERROR(d.Get(key, &value));
+  Status s = d.Get(key, &value);
+  if (s.IsCorruption()) {  // a damaged block: count its file
+    const std::string k(key);
+    CountDamage(dir, 0, k, k);
+  }
+  SPECLOOP_RETURN_IF_ERROR(s);
   records_decoded_.fetch_add(1);
-  return DecodeRecord(std::string_view(value.data(), value.size()), record)
-      .Annotate("in " + d.path);
+  s = DecodeRecord(std::string_view(value.data(), value.size()), record);
+  if (!s.ok()) CountUndecodable(dir, key);
+  return s.Annotate("in " + d.path);
+}
+
+void ReplayReader::CountDamage(size_t dir, int cf, const std::string& lo, const std::string& hi) {
+  Dir& d = *dirs_[dir];
+  const std::string name = cf == 0 ? rocksdb::kDefaultColumnFamilyName : kIndexColumnFamily;
+  for (const rocksdb::LiveFileMetaData& m : LiveTableFiles(d.db, name, lo, hi)) {
+    {
+      std::lock_guard<std::mutex> lock(damage_mu_);
+      if (!counted_files_.insert({dir, m.file_number}).second) continue;
+    }
+    FileDamage fd;
+    if (!ScanTableFile(m, &fd).ok() || !fd.damaged()) {
+      std::lock_guard<std::mutex> lock(damage_mu_);
+      counted_files_.erase({dir, m.file_number});  // not (yet) known damaged: look again later
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(damage_mu_);
+    skipped_[cf == 0 ? "damaged_block" : "damaged_index"] += fd.lost();
+    damaged_files_.push_back(fd.file);
+  }
+}
+
+void ReplayReader::CountUndecodable(size_t dir, std::string_view key) {
+  std::lock_guard<std::mutex> lock(damage_mu_);
+  if (undecodable_.insert({dir, std::string(key)}).second) skipped_["undecodable"]++;
+}
+
+void ReplayReader::Forget(size_t dir, std::string_view key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [dom, c] : catalog_) {
+    const size_t before = c.entries.size();
+    c.entries.erase(std::remove_if(c.entries.begin(), c.entries.end(),
+                                   [&](const Entry& e) {
+                                     return e.dir == dir &&
+                                            std::string_view(e.key, kRecordKeySize) == key;
+                                   }),
+                    c.entries.end());
+    if (c.entries.size() != before) c.cum_half_life = -1;
+  }
+}
+
+std::map<std::string, uint64_t> ReplayReader::records_skipped() const {
+  std::lock_guard<std::mutex> lock(damage_mu_);
+  std::map<std::string, uint64_t> out = {
+      {"damaged_block", 0}, {"undecodable", 0}, {"damaged_index", 0}, {"damaged_wal", 0}};
+  for (const auto& [reason, n] : skipped_) out[reason] += n;
+  return out;
+}
+
+std::vector<std::string> ReplayReader::damaged_files() const {
+  std::lock_guard<std::mutex> lock(damage_mu_);
+  return damaged_files_;
 }
 
 Status ReplayReader::Read(size_t dir_index, std::string_view key, Record* record) {
   if (dir_index >= dirs_.size()) {
     return Status::InvalidArgument("no buffer directory " + std::to_string(dir_index));
   }
-  return ReadRecord(dir_index, key, record);
+  Status s = ReadRecord(dir_index, key, record);
+  return s.IsCorruption() ? Status::NotFound("damaged record: " + s.ToString()) : s;
 }
 
 Status ReplayReader::Scan(const ScanOptions& options, const Visitor& visit) {
@@ -202,22 +282,24 @@ Status ReplayReader::Scan(const ScanOptions& options, const Visitor& visit) {
 
 Status ReplayReader::ScanKeyed(const ScanOptions& options, const KeyedVisitor& visit) {
   Record record;
-  Status decoded;
-  Status s = ScanEncoded(options, [&](size_t dir, std::string_view key, std::string_view data) {
+  return ScanEncoded(options, [&](size_t dir, std::string_view key, std::string_view data) {
     records_decoded_.fetch_add(1);
-    decoded = DecodeRecord(data, &record).Annotate("in " + dirs_[dir]->path);
-    return decoded.ok() && visit(dir, key, record);
+    if (!DecodeRecord(data, &record).ok()) {
+      CountUndecodable(dir, key);
+      return true;
+    }
+    return visit(dir, key, record);
   });
-  return s.ok() ? decoded : s;
 }
 
 Status ReplayReader::ScanEncoded(const ScanOptions& options, const EncodedVisitor& visit) {
   if (options.since_us >= options.until_us) return Status::OK();
   // One cursor per directory, over the records or over the domain's index keys.
   struct Cursor {
-    std::unique_ptr<rocksdb::Iterator> it;
+    std::unique_ptr<SalvagingIterator> it;
     std::string upper;
     rocksdb::Slice upper_slice;
+    rocksdb::ReadOptions ro;
     size_t prefix_len = 0;
   };
   const std::string prefix = options.domain ? DomainPrefix(*options.domain) : std::string();
@@ -230,19 +312,31 @@ Status ReplayReader::ScanEncoded(const ScanOptions& options, const EncodedVisito
     c.upper = prefix + until_key;
     c.upper_slice = rocksdb::Slice(c.upper);
     c.prefix_len = prefix.size();
-    rocksdb::ReadOptions ro;
-    ro.iterate_upper_bound = &c.upper_slice;
-    ro.fill_cache = false;
-    c.it.reset(dirs_[i]->db->NewIterator(ro, dirs_[i]->handles[options.domain ? 1 : 0]));
+    c.ro.iterate_upper_bound = &c.upper_slice;
+    c.ro.fill_cache = false;
+    c.it = dirs_[i]->Salvaging(options.domain ? 1 : 0, &c.ro);
     c.it->Seek(prefix + TimeKey(options.since_us));
   }
+  // Counts what the cursors stepped over, once the scan ends.
+  struct CountOnExit {
+    ReplayReader* self;
+    std::vector<Cursor>* cursors;
+    int cf;
+    ~CountOnExit() {
+      for (size_t i = 0; i < cursors->size(); i++) {
+        for (const DamagedRange& r : (*cursors)[i].it->damaged()) {
+          self->CountDamage(i, cf, r.after, r.to_end ? std::string() : r.resume);
+        }
+      }
+    }
+  } count_on_exit{this, &cursors, options.domain ? 1 : 0};
   rocksdb::PinnableSlice value;
   for (;;) {
     int best = -1;
     std::string_view best_key;
     for (size_t i = 0; i < cursors.size(); i++) {
       if (!cursors[i].it->Valid()) {
-        SPECLOOP_RETURN_IF_ERROR(FromRocks(cursors[i].it->status(), "scanning"));
+        SPECLOOP_RETURN_IF_ERROR(cursors[i].it->status().Annotate("scanning"));
         continue;
       }
       std::string_view k = View(cursors[i].it->key()).substr(cursors[i].prefix_len);
@@ -255,7 +349,16 @@ Status ReplayReader::ScanEncoded(const ScanOptions& options, const EncodedVisito
     Cursor& c = cursors[best];
     std::string_view data;
     if (options.domain) {  // the index holds keys: the record is read from the records
-      SPECLOOP_RETURN_IF_ERROR(dirs_[best]->Get(best_key, &value));
+      Status s = dirs_[best]->Get(best_key, &value);
+      if (s.IsNotFound() || s.IsCorruption()) {  // gone by retention / in a damaged block
+        if (s.IsCorruption()) {
+          const std::string k(best_key);
+          CountDamage(best, 0, k, k);
+        }
+        c.it->Next();
+        continue;
+      }
+      SPECLOOP_RETURN_IF_ERROR(s);
       data = std::string_view(value.data(), value.size());
     } else {
       data = View(c.it->value());
@@ -319,6 +422,10 @@ Status ReplayReader::Sample(const SampleOptions& options, Rng* rng, std::vector<
       Record r;
       Status s = ReadRecord(dir, key, &r);
       if (s.IsNotFound()) continue;  // dropped by retention since the last CatchUp()
+      if (s.IsCorruption()) {        // damaged (counted by ReadRecord): never drawn again
+        Forget(dir, key);
+        continue;
+      }
       SPECLOOP_RETURN_IF_ERROR(s);
       batch->push_back(std::move(r));
     }

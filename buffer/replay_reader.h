@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -75,8 +76,9 @@ class ReplayReader {
   Status CatchUp();
 
   // Calls visit(dir_index, record) for every matching record in time order (merged across
-  // directories; ties in directory order) until it returns false. Corrupt records end the
-  // scan with Corruption.
+  // directories; ties in directory order) until it returns false. Damage does not end a
+  // scan: records that do not decode and damaged SST blocks are stepped over and counted
+  // (records_skipped()); errors other than corruption (IOError) do end it.
   using Visitor = std::function<bool(size_t dir_index, const Record& record)>;
   Status Scan(const ScanOptions& options, const Visitor& visit);
   // Scan(), also passing each record's key (buffer/keys.h; valid during the call), for a
@@ -90,12 +92,15 @@ class ReplayReader {
       std::function<bool(size_t dir_index, std::string_view key, std::string_view data)>;
   Status ScanEncoded(const ScanOptions& options, const EncodedVisitor& visit);
   // The record at `key` in directory `dir_index` (as ScanKeyed() passed them). NotFound when
-  // retention has removed it.
+  // it is gone: removed by retention, or damaged (in a damaged block, or its bytes do not
+  // decode; counted in records_skipped(), the message says "damaged record"), so a caller that
+  // skips vanished records skips damaged ones too.
   Status Read(size_t dir_index, std::string_view key, Record* record);
 
   // Replaces *batch with options.batch_size records drawn as SampleOptions describes, using
   // `rng` (the same catalog, options and seed give the same batch). NotFound when no record
-  // has positive weight. Records that retention removed since the last CatchUp() are redrawn.
+  // has positive weight. Records that retention removed since the last CatchUp() are redrawn;
+  // so are damaged ones, which also leave the catalog (counted once in records_skipped()).
   Status Sample(const SampleOptions& options, Rng* rng, std::vector<Record>* batch);
 
   // Records per domain in the catalog (as of the last CatchUp()).
@@ -104,6 +109,22 @@ class ReplayReader {
   // Records decoded by Scan() and Sample() so far (shows that reads touch only what they
   // return).
   uint64_t records_decoded() const { return records_decoded_.load(); }
+
+  // What reads stepped over so far, by reason, each counted once per reader:
+  //   "damaged_block"  records in damaged SST blocks of the records (counted per damaged file
+  //                    when a read first meets its damage: the file's entries less those
+  //                    readable, buffer/sst_damage.h)
+  //   "undecodable"    records whose bytes are readable but do not decode (checksum, format)
+  //   "damaged_index"  index entries in damaged SST blocks of the index (their records are
+  //                    still scanned, but not sampled)
+  //   "damaged_wal"    records lost with damaged WAL records, counted at Open as the gaps in
+  //                    the records' sequence numbers (buffer/sst_damage.h MissingSeqs); such a
+  //                    directory is read as it was at Open (CatchUp() skips it). A WAL that
+  //                    merely ends early (cut short) reads as a crash did: nothing to count.
+  // Every reason is present (0 when none).
+  std::map<std::string, uint64_t> records_skipped() const;
+  // Paths of the damaged table files met so far.
+  std::vector<std::string> damaged_files() const;
 
  private:
   struct Dir;
@@ -121,6 +142,13 @@ class ReplayReader {
   ReplayReader() = default;
   Status RefreshCatalog();  // REQUIRES: catch_up_mu_ held
   Status ReadRecord(size_t dir, std::string_view key, Record* record);
+  // Counts the damage of the table files of column family `cf` (0 records, 1 index) in `dir`
+  // that meet [lo, hi] ("" unbounded), each file once.
+  void CountDamage(size_t dir, int cf, const std::string& lo, const std::string& hi);
+  // Counts an undecodable record once.
+  void CountUndecodable(size_t dir, std::string_view key);
+  // Removes a record from the sampling catalog.
+  void Forget(size_t dir, std::string_view key);
   void CatchUpLoop();
 
   ReaderOptions options_;
@@ -128,6 +156,12 @@ class ReplayReader {
   bool owns_secondary_root_ = false;
   std::vector<std::unique_ptr<Dir>> dirs_;
   std::atomic<uint64_t> records_decoded_{0};
+
+  mutable std::mutex damage_mu_;
+  std::map<std::string, uint64_t> skipped_;                  // GUARDED_BY(damage_mu_)
+  std::set<std::pair<size_t, uint64_t>> counted_files_;      // GUARDED_BY(damage_mu_)
+  std::set<std::pair<size_t, std::string>> undecodable_;     // GUARDED_BY(damage_mu_)
+  std::vector<std::string> damaged_files_;                   // GUARDED_BY(damage_mu_)
 
   std::mutex catch_up_mu_;    // serializes CatchUp()
   mutable std::mutex mu_;     // guards catalog_

@@ -46,13 +46,23 @@ Status FromRocks(const rocksdb::Status& s, const std::string& context) {
 }
 
 Status OpenSecondary(const std::string& dir, const std::string& secondary_dir, rocksdb::DB** db,
-                     std::vector<rocksdb::ColumnFamilyHandle*>* handles) {
+                     std::vector<rocksdb::ColumnFamilyHandle*>* handles, bool* wal_damaged) {
+  if (wal_damaged) *wal_damaged = false;
   BufferOptions bo;
   bo.create_if_missing = false;
   rocksdb::Options opt = MakeDbOptions(bo);
   opt.create_missing_column_families = false;
   rocksdb::Status s =
       rocksdb::DB::OpenAsSecondary(opt, dir, secondary_dir, ColumnFamilies(opt), handles, db);
+  if (s.IsCorruption()) {
+    // A damaged WAL record (a secondary replays the WAL strictly, whatever the recovery mode):
+    // open read-only, which honours kSkipAnyCorruptedRecords and reads the writes after it.
+    opt.wal_recovery_mode = rocksdb::WALRecoveryMode::kSkipAnyCorruptedRecords;
+    s = rocksdb::DB::OpenForReadOnly(opt, dir, ColumnFamilies(opt), handles, db);
+    if (!s.ok()) return FromRocks(s, "opening buffer " + dir + " past a damaged WAL");
+    if (wal_damaged) *wal_damaged = true;
+    return Status::OK();
+  }
   if (!s.ok()) return FromRocks(s, "opening buffer " + dir + " as secondary");
   s = (*db)->TryCatchUpWithPrimary();
   if (!s.ok()) {
