@@ -309,6 +309,14 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-heldout-per-domain", t.max_heldout_per_domain,
                   "newest held-out records kept per domain (bounds evaluation time and memory)")
       ->capture_default_str();
+  cmd->add_option("--replay-floor-records", t.replay_floor_records,
+                  "online: records of each seen domain in every batch (at most half the batch; "
+                  "0: none)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--heldout-floor-per-domain", t.heldout_floor_per_domain,
+                  "held-out records per domain kept for evaluation after retention removed them")
+      ->capture_default_str();
   cmd->add_option("--traffic-half-life", t.traffic_half_life_seconds,
                   "age half-life of the domain mix (follows traffic shifts), seconds")
       ->capture_default_str();

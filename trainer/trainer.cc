@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "common/channel/draft_channel.h"
@@ -36,6 +37,9 @@ Status Trainer::Open(const TrainerOptions& options, metrics::Registry* registry,
   std::unique_ptr<Trainer> t(new Trainer());
   t->options_ = options;
   t->rng_.Seed(options.seed);
+  t->train_reserve_ = std::make_unique<DomainReserve>(options.reserve_records_per_domain);
+  t->heldout_reserve_ = std::make_unique<DomainReserve>(
+      std::min(options.heldout_floor_per_domain, options.max_heldout_per_domain));
   t->training_.objective = options.objective;
   t->training_.context_gradient = options.context_gradient;
   t->training_.unroll_steps = options.unroll_steps;
@@ -111,11 +115,15 @@ Status Trainer::ForEachHeldOutPart(
   part.reserve(std::min(part_size, heldout_.size()));
   for (const HeldOutRef& ref : heldout_) {
     Record r;
+    std::string key = std::to_string(ref.dir) + "/" + ref.key;
     Status s = reader_->Read(ref.dir, ref.key, &r);
-    if (s.IsNotFound()) continue;  // retention removed it: no longer held out
+    // Retention removed it: kept when it is in the domain's held-out floor, else no longer
+    // held out.
+    if (s.IsNotFound()) s = heldout_reserve_->Get(key, &r);
+    if (s.IsNotFound()) continue;
     SPECLOOP_RETURN_IF_ERROR(s);
     part.push_back(std::move(r));
-    keys.push_back(std::to_string(ref.dir) + "/" + ref.key);
+    keys.push_back(std::move(key));
     kept.push_back(ref);
     if (part.size() == part_size) {
       SPECLOOP_RETURN_IF_ERROR(visit(part, keys));
@@ -150,19 +158,24 @@ Status Trainer::ScanNew(std::vector<Record>* train) {
       recent_traffic_us_ == 0 ? 1.0 : std::exp2(-(now_us - recent_traffic_us_) / half_life_us);
   for (auto& [d, n] : recent_traffic_) n *= decay;
   recent_traffic_us_ = static_cast<uint64_t>(now_us);
+  Status kept = Status::OK();
   Status s = reader_->ScanKeyed(so, [&](size_t dir, std::string_view key, const Record& r) {
     newest = std::max(newest, r.time_us + 1);
     recent_traffic_[r.domain] +=
         std::exp2(-std::max(0.0, now_us - static_cast<double>(r.time_us)) / half_life_us);
+    const std::string reserve_key = std::to_string(dir) + "/" + std::string(key);
     if (IsHeldOut(r, options_.heldout_fraction)) {
       heldout_.push_back(HeldOutRef{r.time_us, dir, std::string(key), r.domain});
+      kept = heldout_reserve_->Add(reserve_key, r);
     } else {
       ++training_records_;
+      kept = train_reserve_->Add(reserve_key, r);
       if (train) train->push_back(r);
     }
-    return true;
+    return kept.ok();
   });
   SPECLOOP_RETURN_IF_ERROR(s);
+  SPECLOOP_RETURN_IF_ERROR(kept.Annotate("keeping a domain's floor"));
   last_scan_us_ = newest;
   if (heldout_.size() != before) {
     // Keep the newest max_heldout_per_domain records of each domain.
@@ -360,26 +373,98 @@ Status Trainer::EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalRe
   return Status::OK();
 }
 
+std::map<std::string, double> Trainer::AlphaGaps() const {
+  std::map<std::string, double> gaps;
+  for (const auto& [d, live] : live_alpha_) {
+    // How far the live draft fell from its best on d, or the candidate below the live draft
+    // (what would make the gate refuse it for d), whichever is larger.
+    double gap = 0;
+    auto best = best_alpha_.find(d);
+    auto candidate = candidate_alpha_.find(d);
+    if (best != best_alpha_.end()) gap = std::max(gap, best->second - live);
+    if (candidate != candidate_alpha_.end()) gap = std::max(gap, live - candidate->second);
+    gaps[d] = gap;
+  }
+  return gaps;
+}
+
 std::map<std::string, double> Trainer::DomainWeights() const {
   std::map<std::string, double> w;
   double total = 0;
   for (const auto& [d, n] : recent_traffic_) total += n;
+  const std::map<std::string, double> gaps = AlphaGaps();
   for (const auto& [d, n] : recent_traffic_) {
     double x = std::max(total > 0 ? n / total : 0.0, options_.min_domain_share);
-    // The gap: how far the live draft fell from its best on d, or the candidate below the
-    // live draft (what would make the gate refuse it for d), whichever is larger.
-    auto best = best_alpha_.find(d);
-    auto live = live_alpha_.find(d);
-    auto candidate = candidate_alpha_.find(d);
-    double gap = 0;
-    if (live != live_alpha_.end()) {
-      if (best != best_alpha_.end()) gap = std::max(gap, best->second - live->second);
-      if (candidate != candidate_alpha_.end()) gap = std::max(gap, live->second - candidate->second);
-    }
-    x *= 1 + options_.alpha_gap_boost * gap;
+    auto gap = gaps.find(d);
+    x *= 1 + options_.alpha_gap_boost * (gap != gaps.end() ? gap->second : 0.0);
     w[d] = x;
   }
   return w;
+}
+
+Status Trainer::SampleBatch(std::vector<Record>* batch) {
+  batch->clear();
+  const size_t size = static_cast<size_t>(std::max(1, options_.batch_records));
+  // Every domain seen: in the buffers, or in the reserve after retention emptied it there.
+  std::set<std::string> seen;
+  for (const auto& [d, n] : reader_->DomainCounts()) {
+    if (n > 0) seen.insert(d);
+  }
+  for (const std::string& d : train_reserve_->Domains()) seen.insert(d);
+  const std::vector<std::string> domains(seen.begin(), seen.end());
+  // Each domain's floor grows with its alpha gap (as its weight does: a domain being forgotten
+  // is replayed more); all floors together take at most half the batch, scaled down to fit,
+  // and a fractional share is drawn (a share of 0.4 is one record in 40% of the batches).
+  const std::map<std::string, double> gaps = AlphaGaps();
+  std::vector<double> want(domains.size(), 0);
+  double total = 0;
+  for (size_t i = 0; i < domains.size(); ++i) {
+    const auto g = gaps.find(domains[i]);
+    want[i] = std::max(0, options_.replay_floor_records) *
+              (1 + options_.alpha_gap_boost * (g != gaps.end() ? g->second : 0.0));
+    total += want[i];
+  }
+  const double cap = static_cast<double>(size / 2);
+  std::vector<std::string> floor_domains;
+  for (size_t i = 0; i < domains.size(); ++i) {
+    const double n = total > cap ? want[i] * cap / total : want[i];
+    const double whole = std::floor(n + 1e-9);
+    size_t count = static_cast<size_t>(whole);
+    if (n - whole > 1e-9 && rng_.Uniform() < n - whole) ++count;
+    floor_domains.insert(floor_domains.end(), count, domains[i]);
+  }
+  if (floor_domains.size() > size / 2) floor_domains.resize(size / 2);
+  for (const std::string& d : floor_domains) {
+    SampleOptions so;
+    so.batch_size = 1;
+    so.domain_weights = {{d, 1.0}};
+    so.default_domain_weight = 0;
+    so.half_life_seconds = options_.half_life_seconds;
+    Status s;
+    std::vector<Record> one;
+    // A held-out record is redrawn (a few times): the slot is for training.
+    for (int tries = 0; tries < 4; ++tries) {
+      s = reader_->Sample(so, &rng_, &one);
+      if (!s.ok() || !IsHeldOut(one[0], options_.heldout_fraction)) break;
+    }
+    if (s.IsNotFound()) {  // retention removed the domain from the buffers
+      one.assign(1, Record());
+      s = train_reserve_->Sample(d, &rng_, &one[0]);
+    }
+    if (s.IsNotFound()) continue;
+    SPECLOOP_RETURN_IF_ERROR(s);
+    batch->push_back(std::move(one[0]));
+  }
+  SampleOptions so;
+  so.batch_size = size - batch->size();
+  so.domain_weights = DomainWeights();
+  so.half_life_seconds = options_.half_life_seconds;
+  std::vector<Record> rest;
+  Status s = reader_->Sample(so, &rng_, &rest);
+  if (s.IsNotFound() && !batch->empty()) return Status::OK();
+  SPECLOOP_RETURN_IF_ERROR(s);
+  for (Record& r : rest) batch->push_back(std::move(r));
+  return Status::OK();
 }
 
 Status Trainer::RunOnline(const std::atomic<bool>& stop, DraftPublisher* publisher) {
@@ -407,12 +492,8 @@ Status Trainer::RunOnline(const std::atomic<bool>& stop, DraftPublisher* publish
       wait_for_traffic();
       continue;
     }
-    SampleOptions so;
-    so.batch_size = static_cast<size_t>(options_.batch_records);
-    so.domain_weights = DomainWeights();
-    so.half_life_seconds = options_.half_life_seconds;
     std::vector<Record> batch;
-    Status s = reader_->Sample(so, &rng_, &batch);
+    Status s = SampleBatch(&batch);
     if (s.IsNotFound()) {  // no records yet
       wait_for_traffic();
       continue;

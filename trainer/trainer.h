@@ -15,15 +15,19 @@
 // (initial_draft_served false and no checkpoint), there is no live draft to beat: the gate
 // judges the candidate against plain decoding instead (DecideFirstDraft).
 //
-// Data. Records are held out by a hash of their prompt (heldout_split.h). Online,
-// training batches come from ReplayReader::Sample: a domain is drawn with weight
+// Data. Records are held out by a hash of their prompt (heldout_split.h). Online, every
+// domain the trainer has seen first gets replay_floor_records of each batch (its floor: an
+// idle domain keeps being trained while new ones are learnt), and the rest of the batch comes
+// from ReplayReader::Sample: a domain is drawn with weight
 //   max(recent traffic share, min_domain_share) * (1 + alpha_gap_boost * gap)
 // (recent traffic = records in the buffers, each weighted 2^(-age / traffic_half_life), so
 // the mix follows a shift in traffic within seconds; the gap, from the last evaluation, is
 // the larger of the live draft's fall from its best alpha on the domain and the candidate's
 // deficit below the live draft there, so a domain being forgotten is trained more), then a
 // record of it with recency half-life half_life_seconds, so older data and quieter domains
-// keep being replayed. Offline, epochs run over every training record in a
+// keep being replayed. The newest training and held-out records of each domain are also kept
+// in memory (domain_reserve.h), so that a domain's floor in replay and in the held-out set
+// outlives the buffer's retention. Offline, epochs run over every training record in a
 // seeded shuffled order (all records are read into memory).
 //
 // A restarted trainer resumes from `latest` (weights, version, steps and samples; the
@@ -51,6 +55,7 @@
 #include "trainer/checkpoint_store.h"
 #include "trainer/eval_cadence.h"
 #include "trainer/distill_loss.h"
+#include "trainer/domain_reserve.h"
 #include "trainer/publish_gate.h"
 #include "trainer/trainable_draft.h"
 #include "trainer/trainer_metrics.h"
@@ -94,8 +99,23 @@ struct TrainerOptions {
   double traffic_half_life_seconds = 10.0;
   double min_domain_share = 0.05;     // domain weight floor (replay). Default: 0.05.
   double alpha_gap_boost = 20.0;      // domain weight boost per unit of alpha gap. Default: 20.
+  // Replay floor (online): every domain the trainer has seen gets this many records of each
+  // batch, times (1 + alpha_gap_boost * its alpha gap), drawn from its own training records
+  // (recency half_life_seconds; from the reserve below once retention has removed them all
+  // from the buffers); the rest of the batch is drawn by the domain weights above. Floors take
+  // at most half of a batch (scaled down to fit, fractions drawn at random). 0: no floor.
+  // Default: 1 (trainer/README.md, "No forgetting").
+  int replay_floor_records = 1;
+  // Newest training records of each domain kept in memory (encoded, domain_reserve.h) for the
+  // floor after retention. 0: none. Default: 32.
+  size_t reserve_records_per_domain = 32;
   double heldout_fraction = 0.1;      // records held out for evaluation. Default: 0.1.
   size_t max_heldout_per_domain = 256;  // newest held-out records kept per domain.
+  // Held-out floor: the newest this many held-out records of each domain (at most
+  // max_heldout_per_domain) stay in the evaluation set after retention removed them from the
+  // buffers (copies, domain_reserve.h), so the gate keeps judging a domain that went idle.
+  // 0: none. Default: 32.
+  size_t heldout_floor_per_domain = 32;
   // Online: when to evaluate (and maybe publish) the candidate. eval_every_steps > 0: every
   // that many steps; 0: the adaptive cadence of eval_cadence.h (25 steps after a publish or a
   // shift of the traffic, doubling after each refusal up to 200, at most 25% of the time).
@@ -168,6 +188,13 @@ class Trainer {
   // checkpoint, makes it live and announces it on `publisher` (may be null).
   Status EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalResult* result);
 
+  // Draws an online batch (batch_records): each domain seen gets its floor,
+  // replay_floor_records * (1 + alpha_gap_boost * its alpha gap) records (the buffers', or the
+  // reserve's once retention removed the domain there; all floors together at most half the
+  // batch, scaled down to fit, a fractional part drawn at random), then the rest by the domain
+  // weights (recent traffic, min_domain_share, alpha gaps). The batch may hold held-out records
+  // (RunOnline leaves them out). NotFound when there is no record to draw.
+  Status SampleBatch(std::vector<Record>* batch);
   // The long-running loop of `specloop train`, until `stop` becomes true.
   Status RunOnline(const std::atomic<bool>& stop, DraftPublisher* publisher);
   // `specloop train --offline`: `epochs` passes over the training records, then
@@ -208,6 +235,9 @@ class Trainer {
       const std::function<Status(const std::vector<Record>& part,
                                  const std::vector<std::string>& keys)>& visit);
   std::map<std::string, double> DomainWeights() const;
+  // Per domain evaluated: the larger of the live draft's fall from its best alpha and the
+  // candidate's deficit below the live draft, at the last evaluation (0 when neither).
+  std::map<std::string, double> AlphaGaps() const;
 
   TrainerOptions options_;
   std::unique_ptr<ReplayReader> reader_;
@@ -230,6 +260,9 @@ class Trainer {
   };
   std::vector<HeldOutRef> heldout_;
   uint64_t last_scan_us_ = 0;  // records with time_us < this were scanned
+  // Copies that outlive retention (keys as ForEachHeldOutPart's): the newest training records
+  // and held-out records of each domain.
+  std::unique_ptr<DomainReserve> train_reserve_, heldout_reserve_;
   std::map<std::string, double> live_alpha_, best_alpha_, candidate_alpha_;
   // Per held-out record (by ForEachHeldOutPart's key), the live draft's values at the last
   // evaluation, and the candidate's: the live draft only changes when a candidate is
