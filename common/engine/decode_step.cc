@@ -258,6 +258,10 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     SpeculativeDecoder& decoder = *slot->decoder;
     const bool batched = slot->draft_proposer != nullptr || slot->feature_proposer != nullptr;
     if (batched && !IsModelFree(slot->kind)) decoder.EndPropose();
+    if (slot->review_block_for_testing && !decoder.draft().tokens.empty() &&
+        !slot->review_block_for_testing(*slot)) {
+      decoder.mutable_draft()->Clear();
+    }
     if (decoder.draft().tokens.empty()) slot->kind = BlockKind::kNone;  // dropped, or none
     if (decoder.draft().is_tree()) {  // chosen, or a fixed k's proposer drafts trees
       slot->kind = BlockKind::kTree;

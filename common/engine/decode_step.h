@@ -131,6 +131,12 @@ struct DecodeSlot {
   // verified ones; the block is decoder->draft()); its time counts as the rows' cost. May
   // throw (the slot fails).
   std::function<void(const DecodeSlot&, const at::Tensor& rows)> on_commit;
+  // Tests only (null in serving, `generate` and the benches): called once this step's block is
+  // drafted (decoder->draft(), non-empty), before the target forward; false drops the block and
+  // the step decodes plainly, as when a block does not fit. Must not throw. Exactness REQUIRES
+  // that a step's plan depend on the context and past steps only: tests install a review that
+  // peeks at this step's target sample to show that their statistic catches such a chooser.
+  std::function<bool(const DecodeSlot&)> review_block_for_testing;
 
   // This step's outcome; the block verified is decoder->draft() until the next step.
   int k = 0;                      // asked (a tree's: its depth)
