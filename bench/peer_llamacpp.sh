@@ -118,11 +118,19 @@ common = {'target': 'target-wide-46m', 'draft': 'draft-mix-1m', 'domain': E['DOM
           'llamacpp_commit': E['LLAMA_COMMIT'], 'converter': E['CONVERTER'], 'gguf': 'F32'}
 
 
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit('peer_llamacpp: %s failed (%d): %s' % (cmd[0], p.returncode, p.stderr[-2000:]))
-    return p
+def run(cmd, needs=None):
+    """Runs cmd; with `needs`, a regex its standard error must match, runs it again (3 tries in
+    all) where the line is missing: llama.cpp logs from a thread of its own, and a process that
+    exits before that thread writes loses its last lines now and then."""
+    for attempt in range(3):
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit('peer_llamacpp: %s failed (%d): %s' % (cmd[0], p.returncode, p.stderr[-2000:]))
+        if needs is None or re.search(needs, p.stderr):
+            return p
+        print('peer_llamacpp: no %r in %s\'s output, running it again' % (needs, os.path.basename(cmd[0])),
+              file=sys.stderr)
+    sys.exit('peer_llamacpp: %s printed no %r in 3 runs: %s' % (cmd[0], needs, p.stderr[-2000:]))
 
 
 def run_arm(arm, i, prompt):
@@ -143,15 +151,14 @@ def run_arm(arm, i, prompt):
     base = ['-m', E['TARGET_GGUF'], '-f', path, '-n', str(tokens), '--temp', '0', '-t', str(threads),
             '-tb', str(threads), '-fa', 'off', '-c', '1024', '--seed', '0', '--no-escape']
     if arm == 'llamacpp_plain':
-        p = run([E['PLAIN_BIN']] + base + ['-no-cnv', '--no-warmup'])
-        m = re.search(r'\beval time =\s*([\d.]+) ms /\s*(\d+) runs', p.stderr)
-        if not m:
-            sys.exit('peer_llamacpp: no "eval time" in llama-completion\'s output')
+        eval_time = r'\beval time =\s*([\d.]+) ms /\s*(\d+) runs'
+        p = run([E['PLAIN_BIN']] + base + ['-no-cnv', '--no-warmup'], needs=eval_time)
+        m = re.search(eval_time, p.stderr)
         return int(m.group(2)) / (float(m.group(1)) / 1e3), p.stdout, {'generated': int(m.group(2))}
     n = arm[len('llamacpp_d'):]
     p = run([E['SPEC_BIN']] + base + ['-md', E['DRAFT_GGUF'], '-td', str(threads), '-tbd', str(threads),
             '--spec-type', 'draft-simple', '--spec-draft-n-max', n, '--spec-draft-n-min', '0',
-            '--spec-draft-p-min', '0'])
+            '--spec-draft-p-min', '0'], needs=r'decoded\s+\d+ tokens in.*\n(.*\n)*.*n_accept')
     m = re.search(r'decoded\s+(\d+) tokens in\s+([\d.]+) seconds', p.stderr)
     enc = re.search(r'encoded\s+(\d+) tokens', p.stderr)
     acc = re.search(r'n_drafted = (\d+)\s+\S*\s*n_accept\s+= (\d+)', p.stderr.replace('\n', ' '))
@@ -164,7 +171,7 @@ def run_arm(arm, i, prompt):
 
 
 def agreement(text, reference, prompt):
-    """Common prefix of a run's generated text and the reference's, over the reference's length.
+    """Common prefix of a run's generated text and the reference's, over the shorter one's length.
     llama.cpp prints the prompt before its output: its text is taken after the prompt's end."""
     tail = prompt.rstrip()[-48:]
     at = text.rfind(tail, 0, len(prompt) + 16)  # the prompt's own end, not an earlier repeat
