@@ -161,7 +161,7 @@ def run_arm(arm, i, prompt):
             '--spec-draft-p-min', '0'], needs=r'decoded\s+\d+ tokens in.*\n(.*\n)*.*n_accept')
     m = re.search(r'decoded\s+(\d+) tokens in\s+([\d.]+) seconds', p.stderr)
     enc = re.search(r'encoded\s+(\d+) tokens', p.stderr)
-    acc = re.search(r'n_drafted = (\d+)\s+\S*\s*n_accept\s+= (\d+)', p.stderr.replace('\n', ' '))
+    acc = re.search(r'n_drafted = (\d+).*?n_accept\s+= (\d+)', p.stderr, re.S)
     if not m:
         sys.exit('peer_llamacpp: no "decoded ... tokens" in llama-speculative-simple\'s output')
     extra = {'generated': int(m.group(1)), 'prompt_tokens': int(enc.group(1)) if enc else None}
