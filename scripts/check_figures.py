@@ -13,8 +13,13 @@ and limits (a "4096" or "30 s") are not figures here: the check looks only for t
 above, so it never flags a contract. It checks that a command is named, not that it prints
 the figure: that is bench/RESULTS.md's record of each run.
 
+README.md's "## Measured" table is RESULTS' digest: every decimal number of a row's figure
+cell ("1.84", "0.986") must also stand in bench/RESULTS.md, so a row cannot quote a figure no
+recorded run printed (integers are too common to tell anything and are not checked).
+
 Usage: scripts/check_figures.py [REPO_ROOT]; exit status 1 with one line per figure
-without a command (file:line: text), 0 when every figure has one.
+without a command (file:line: text) or Measured figure missing from RESULTS.md, 0 when
+there is none.
 """
 import glob
 import os
@@ -100,6 +105,30 @@ def check_file(path, rel):
     return problems
 
 
+def check_measured_table(readme_path, results_path):
+    """Decimals of README's Measured rows that bench/RESULTS.md does not hold."""
+    readme = open(readme_path, encoding='utf-8').read()
+    if not os.path.exists(results_path):
+        return ['bench/RESULTS.md: missing']
+    results = open(results_path, encoding='utf-8').read()
+    m = re.search(r'^## Measured.*?(?=^## |\Z)', readme, re.S | re.M)
+    if not m:
+        return ['README.md: no "## Measured" section']
+    start = readme[:m.start()].count('\n')
+    problems = []
+    for offset, line in enumerate(m.group(0).split('\n')):
+        if not line.startswith('|') or set(line) <= set('|-: '):
+            continue
+        cells = [c.strip() for c in line.strip().strip('|').split('|')]
+        if len(cells) < 2 or cells[0] == 'what':
+            continue
+        for d in re.findall(r'(?<![\w.])\d+\.\d+(?![\d.])', cells[1]):
+            if not re.search(r'(?<![\d.])' + re.escape(d) + r'(?!\d)', results):
+                problems.append('README.md:%d: %s (%s is not in bench/RESULTS.md)' % (
+                    start + offset + 1, cells[0][:60], d))
+    return problems
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(
         os.path.dirname(os.path.abspath(__file__)))
@@ -108,10 +137,12 @@ def main():
     problems = []
     for path in files:
         problems += check_file(path, os.path.relpath(path, root))
+    problems += check_measured_table(os.path.join(root, 'README.md'),
+                                     os.path.join(root, 'bench', 'RESULTS.md'))
     for p in problems:
         print(p)
     if problems:
-        print('%d figure(s) without a command' % len(problems))
+        print('%d figure(s) without a command or a recorded run' % len(problems))
         return 1
     print('every figure in %d files names its command' % len(files))
     return 0
