@@ -11,8 +11,10 @@
 //       line is one JSON object: {"version": N or null, "alpha_before": {domain: alpha},
 //       "alpha_after": {...}, "overall_before", "overall_after", "positions": {domain: n},
 //       "regimes": {"greedy": {"alpha_before", "alpha_after", "positions"}, "sampled": {...}},
-//       "gate": {"publish", "reason", "detail"}, "objective", "steps"}. Every alpha is held-out
-//       alpha-hat, each record scored under its own sampling (trainer/alpha_estimate.h);
+//       "gate": {"publish", "reason", "detail"}, "objective", "steps", "records_skipped":
+//       {reason: n} (damaged records stepped over: ReplayReader::records_skipped)}. Every
+//       alpha is held-out alpha-hat, each record scored under its own sampling
+//       (trainer/alpha_estimate.h);
 //       "regimes" splits it by the records' sampling regime (greedy: temperature 0; sampled:
 //       the rest), both always present (alphas null without positions). Exit 0 when a
 //       checkpoint was written, 3 when the gate refused it (no checkpoint; --force writes one
@@ -92,7 +94,8 @@ nlohmann::json OfflineReport(const TrainArgs& a, const trainer::Trainer& t,
             {"detail", r.decision.detail}}},
           {"objective", a.t.objective.ToString()},
           {"draft_kind", t.state().draft_kind},
-          {"steps", t.steps()}};
+          {"steps", t.steps()},
+          {"records_skipped", t.records_skipped()}};
 }
 
 int RunOffline(const TrainArgs& a) {
@@ -124,6 +127,12 @@ int RunOffline(const TrainArgs& a) {
   if (!s.ok()) {
     std::cerr << "specloop train: " << s.ToString() << "\n";
     return 1;
+  }
+  for (const auto& [reason, n] : t->records_skipped()) {
+    if (n > 0) {
+      std::fprintf(stderr, "  skipped %llu damaged records (%s; `specloop buffer verify`)\n",
+                   static_cast<unsigned long long>(n), reason.c_str());
+    }
   }
   for (const auto& [d, x] : r.candidate.domains) {
     std::fprintf(stderr, "  %-10s alpha %.4f -> %.4f  (%lld positions)\n", d.c_str(),

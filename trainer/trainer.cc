@@ -199,6 +199,10 @@ Status Trainer::CatchUp() {
     metrics_.buffer_records->Add({{"domain", d}}).Set(static_cast<double>(n));
   }
   metrics_.heldout_records->Set(static_cast<double>(heldout_.size()));
+  for (const auto& [reason, n] : reader_->records_skipped()) {  // damaged records stepped over
+    metrics::Counter& c = metrics_.records_skipped->Add({{"reason", reason}});
+    c.Increment(static_cast<double>(n) - c.Value());
+  }
   if (last_scan_us_ > 0) {
     metrics_.buffer_lag->Set(std::max(0.0, (NowMicros() - static_cast<double>(last_scan_us_)) / 1e6));
   }

@@ -217,6 +217,8 @@ class Trainer {
   // are dropped from the set.
   Status LoadHeldOut(std::vector<Record>* records);
   size_t heldout_size() const { return heldout_.size(); }
+  // Damaged records the buffers' reads stepped over, by reason (ReplayReader::records_skipped).
+  std::map<std::string, uint64_t> records_skipped() const { return reader_->records_skipped(); }
   const CheckpointStore& checkpoints() const { return *store_; }
   int64_t steps() const { return steps_; }
   // A copy of the state (thread-safe).

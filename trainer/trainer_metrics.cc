@@ -55,6 +55,10 @@ Status TrainerMetrics::Register(metrics::Registry* r) {
       {"specloop_train_buffer_lag_seconds", "Age of the newest record the trainer has seen.", {}},
       &g));
   buffer_lag = &g->Add({});
+  SPECLOOP_RETURN_IF_ERROR(r->AddCounter(
+      {"specloop_train_records_skipped_total",
+       "Damaged records the trainer's reads stepped over, by reason.", {"reason"}},
+      &records_skipped));
   SPECLOOP_RETURN_IF_ERROR(r->AddHistogram(
       {"specloop_train_step_duration_seconds", "Duration of an optimizer step.", {}},
       metrics::ExponentialBuckets(0.001, 2, 16), &h));

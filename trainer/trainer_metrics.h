@@ -20,6 +20,10 @@
 //   specloop_train_buffer_records{domain}                    records in the buffers' catalog
 //   specloop_train_heldout_records                           records held out for evaluation
 //   specloop_train_buffer_lag_seconds                        now minus the newest record's time
+//   specloop_train_records_skipped_total{reason}             damaged records the reads stepped
+//                                                            over: damaged_block | undecodable |
+//                                                            damaged_index | damaged_wal
+//                                                            (ReplayReader::records_skipped)
 //   specloop_train_step_duration_seconds                     histogram of optimizer steps
 #pragma once
 
@@ -46,6 +50,7 @@ struct TrainerMetrics {
   metrics::Family<metrics::Gauge>* buffer_records = nullptr;
   metrics::Gauge* heldout_records = nullptr;
   metrics::Gauge* buffer_lag = nullptr;
+  metrics::Family<metrics::Counter>* records_skipped = nullptr;
   metrics::Histogram* step_seconds = nullptr;
 
   // Registers every family on `registry` (which must outlive this object).
