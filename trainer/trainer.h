@@ -104,8 +104,8 @@ struct TrainerOptions {
   // (recency half_life_seconds; from the reserve below once retention has removed them all
   // from the buffers); the rest of the batch is drawn by the domain weights above. Floors take
   // at most half of a batch (scaled down to fit, fractions drawn at random). 0: no floor.
-  // Default: 1 (trainer/README.md, "No forgetting").
-  int replay_floor_records = 1;
+  // Default: 2 (trainer/README.md, "No forgetting").
+  int replay_floor_records = 2;
   // Newest training records of each domain kept in memory (encoded, domain_reserve.h) for the
   // floor after retention. 0: none. Default: 32.
   size_t reserve_records_per_domain = 32;
