@@ -49,7 +49,7 @@
 //   Then summary lines {"name", "params", "value", "unit"} (see Summarize) and, in --out,
 //   requests-<arm>.jsonl (one line per request) and faster_over_time.png (gnuplot).
 //
-// Usage: faster_over_time [--short] [--out DIR] [--target DIR] [--concurrency N]
+// Usage: faster_over_time [--short | --forgetting] [--out DIR] [--target DIR] [--concurrency N]
 //                         [--phase-requests N] [--window N] [--k auto|N] [--max-tokens N]
 //                         [--trainer-eval-every N] [--train-arg FLAG ...] [--binary PATH]
 //                         [--shared DIR]
@@ -61,14 +61,14 @@
 // the server's one thread a step's extra rows are not free, and even the reference draft ran
 // only 1.12-1.52x plain at phase ends (1.22x over the trace) while online matched it
 // (0.95-1.00x): the arms' differences shrink to the noise.
-// --short: target-6m, prose+docs (160) then python (320), the static and online arms at a fixed
+// --short: target-6m, prose+docs (112) then python (224), the static and online arms at a fixed
 // k = 4 (on target-6m auto mostly decodes plainly, which leaves no alpha to read), for the test
-// suite (~110 s on 2 cores). Its gate lets a domain fall by 0.05 (default 0.03): learning
-// python costs this draft 0.05-0.09 of held-out docs alpha, and at the default the gate's
-// trade-off, not the learning, would decide many short runs (the full mode keeps the
-// default). At 112 + 224 requests one CI run in about ten saw three candidates refused for
-// docs (falls 0.067-0.091 against python gains up to 0.076) and the next evaluation, 200
-// steps on, came after the trace ended; 160 + 320 leaves room for it.
+// suite (~110 s on 2 cores); the trainer at its defaults, gate included.
+// --forgetting: target-6m, k = 4, 4 clients, the online arm alone over prose+docs (--phase-requests),
+// python, c, then docs again (half a phase): whether the trainer keeps the domains it served.
+// At every evaluation of the trainer (polled from its /metrics) the held-out alpha of each
+// domain, live and candidate; for each domain while idle (served in an earlier phase, not in
+// this one) the largest fall below its best (SummarizeForgetting). ~4 minutes on 2 cores.
 #include <signal.h>
 
 #include <algorithm>
@@ -86,6 +86,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -106,9 +107,11 @@ namespace fs = std::filesystem;
 constexpr double kHeldOutFraction = 0.1;  // passed to the trainer as --heldout-fraction
 // The trace's two temperatures (greedy and sampled), alternating in pairs of requests.
 constexpr double kTemperatures[2] = {0.0, 0.8};
+constexpr const char* kDomains[] = {"prose", "docs", "python", "c", "legal"};
 
 struct Options {
   bool short_mode = false;
+  bool forgetting = false;  // --forgetting: the long trace of idle domains (online arm only)
   std::string out = "faster-over-time";
   std::string shared = testing::SharedDir();
   std::string target;  // default: target-wide-46m (--short: target-6m)
@@ -166,6 +169,10 @@ struct TrainerSample {
   // Where the trainer's time went: optimizer steps and evaluations (seconds in all), and the
   // held-out records each draft was run on.
   double step_s = 0, evaluation_s = 0, evaluated_live = 0, evaluated_candidate = 0;
+  // Evaluations so far, and the last one's held-out alpha per (domain, model: live or
+  // candidate), from specloop_train_estimated_alpha.
+  uint64_t evaluations = 0;
+  std::map<std::pair<std::string, std::string>, double> alpha;
 };
 
 struct Arm {
@@ -179,6 +186,12 @@ struct Arm {
 
 std::vector<Phase> Phases(const Options& o) {
   const int n = o.phase_requests;
+  if (o.forgetting) {
+    return {{"prose+docs", {"prose", "docs"}, n},
+            {"python", {"python"}, n},
+            {"c", {"c"}, n},
+            {"docs", {"docs"}, n / 2}};
+  }
   if (o.short_mode) return {{"prose+docs", {"prose", "docs"}, n / 2}, {"python", {"python"}, n}};
   return {{"prose+docs", {"prose", "docs"}, n / 2},
           {"python", {"python"}, n},
@@ -192,6 +205,7 @@ std::vector<ArmSpec> Arms(const Options& o) {
   const std::string prose = o.shared + "/models/draft-prose-1m";
   std::vector<ArmSpec> arms = {{"static", prose, false, {}, o.k, false},
                                {"online", prose, true, {}, o.k, false}};
+  if (o.forgetting) return {arms[1]};
   if (o.short_mode) return arms;
   arms.push_back({"reference", o.shared + "/models/draft-mix-1m", false, {}, o.k, false});
   arms.push_back({"static-no-suffix", prose, false, {"--no-suffix"}, o.k, true});
@@ -289,6 +303,18 @@ bool PollTrainer(int port, double t, TrainerSample* s) {
       e2e::MetricValue(body, "specloop_train_evaluated_records_total", "model=\"live\"");
   s->evaluated_candidate =
       e2e::MetricValue(body, "specloop_train_evaluated_records_total", "model=\"candidate\"");
+  s->evaluations =
+      static_cast<uint64_t>(e2e::MetricValue(body, "specloop_train_evaluations_total"));
+  for (const char* d : kDomains) {
+    for (const char* m : {"live", "candidate"}) {
+      const std::string label = std::string("domain=\"") + d + "\",model=\"" + m + "\"";
+      if (body.find("specloop_train_estimated_alpha{" + label) == std::string::npos &&
+          body.find("," + label) == std::string::npos) {
+        continue;  // not evaluated on this domain yet
+      }
+      s->alpha[{d, m}] = e2e::MetricValue(body, "specloop_train_estimated_alpha", label);
+    }
+  }
   return true;
 }
 
@@ -949,6 +975,84 @@ bool Summarize(std::ostream& file, const std::vector<Arm>& arms,
   return valid;
 }
 
+// --forgetting: the trainer's held-out alpha per domain at each of its evaluations (polled from
+// /metrics), and for each domain while it is idle (served in an earlier phase, not in this one)
+// how far the live and the candidate draft fall below the domain's best. The best is the
+// highest live alpha on the domain at an evaluation since it went idle: its held-out set no
+// longer changes then, and the first such evaluation scores the draft trained while it was
+// served. Emits forgetting.heldout_alpha per evaluation, forgetting.idle_max_drop per domain,
+// idle phase and model, and forgetting.idle_max_drop_all per model; returns the largest drop
+// of the live and the candidate draft (NaN when no idle domain was evaluated).
+std::pair<double, double> SummarizeForgetting(std::ostream& file, const Arm& online,
+                                              const std::vector<TraceRequest>& trace,
+                                              const std::vector<Phase>& phases) {
+  std::vector<double> phase_start(phases.size(), INFINITY);
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const Result& r = online.results[i];
+    if (r.ok) phase_start[trace[i].phase] = std::min(phase_start[trace[i].phase], r.start_s);
+  }
+  const auto phase_at = [&](double t) {
+    size_t p = 0;
+    for (size_t q = 0; q < phases.size(); ++q) {
+      if (phase_start[q] <= t) p = q;
+    }
+    return p;
+  };
+  std::map<std::string, size_t> first_served;  // domain -> its first phase
+  for (size_t p = 0; p < phases.size(); ++p) {
+    for (const std::string& d : phases[p].domains) first_served.emplace(d, p);
+  }
+  std::map<std::string, double> best;                              // since idle, live
+  std::map<std::pair<std::string, size_t>, std::string> idle_key;  // (domain, phase) seen
+  // (domain, phase, model) -> the largest drop and the best it fell from.
+  std::map<std::tuple<std::string, size_t, std::string>, std::pair<double, double>> max_drop;
+  std::map<std::string, double> all_drop = {{"live", NAN}, {"candidate", NAN}};
+  uint64_t evaluations = 0;
+  for (const TrainerSample& s : online.trainer) {
+    if (s.evaluations <= evaluations) continue;
+    evaluations = s.evaluations;
+    const size_t p = phase_at(s.t);
+    for (const auto& [dm, a] : s.alpha) {
+      const auto& [d, m] = dm;
+      const auto fs = first_served.find(d);
+      const bool idle = fs != first_served.end() && fs->second < p &&
+                        std::find(phases[p].domains.begin(), phases[p].domains.end(), d) ==
+                            phases[p].domains.end();
+      EmitSummary(file, "forgetting.heldout_alpha",
+                  {{"domain", d}, {"model", m}, {"evaluation", s.evaluations},
+                   {"t", std::round(s.t * 10) / 10}, {"phase", phases[p].name}, {"idle", idle},
+                   {"version", s.version}},
+                  a, "ratio");
+      if (!idle) {
+        best.erase(d);  // served again: a new idle period starts afresh
+        continue;
+      }
+      const auto live = s.alpha.find({d, "live"});
+      if (live != s.alpha.end()) best[d] = std::max(best.count(d) ? best[d] : 0.0, live->second);
+    }
+    for (const auto& [dm, a] : s.alpha) {
+      const auto& [d, m] = dm;
+      if (!best.count(d)) continue;  // not idle
+      const double drop = best[d] - a;
+      auto& [worst, worst_best] =
+          max_drop.try_emplace({d, p, m}, -INFINITY, NAN).first->second;
+      if (drop > worst) std::tie(worst, worst_best) = std::make_pair(drop, best[d]);
+      double& all = all_drop[m];
+      all = std::isnan(all) ? drop : std::max(all, drop);
+    }
+  }
+  for (const auto& [key, value] : max_drop) {
+    const auto& [d, p, m] = key;
+    EmitSummary(file, "forgetting.idle_max_drop",
+                {{"domain", d}, {"phase", phases[p].name}, {"model", m}, {"best", value.second}},
+                value.first, "ratio");
+  }
+  for (const auto& [m, drop] : all_drop) {
+    EmitSummary(file, "forgetting.idle_max_drop_all", {{"model", m}}, drop, "ratio");
+  }
+  return {all_drop["live"], all_drop["candidate"]};
+}
+
 // Per domain over the trace, for the static (dashed), online (solid) and reference (dotted)
 // arms: tokens/s over plain decoding (or tokens/s, without a plain arm) above, alpha below;
 // phases and draft versions marked. Skipped with a message when gnuplot is missing.
@@ -1041,6 +1145,8 @@ int Main(int argc, char** argv) {
     };
     if (a == "--short") {
       o.short_mode = true;
+    } else if (a == "--forgetting") {
+      o.forgetting = true;
     } else if (a == "--out") {
       o.out = value();
     } else if (a == "--shared") {
@@ -1065,22 +1171,20 @@ int Main(int argc, char** argv) {
     } else if (a == "--trainer-eval-every") {
       o.trainer_eval_every = std::stoi(value());
     } else {
-      std::cerr << "usage: faster_over_time [--short] [--out DIR] [--target DIR] "
+      std::cerr << "usage: faster_over_time [--short | --forgetting] [--out DIR] [--target DIR] "
                    "[--concurrency N] [--phase-requests N] [--window N] [--k auto|N] "
                    "[--max-tokens N] [--trainer-eval-every N] [--train-arg FLAG ...] "
                    "[--binary PATH] [--shared DIR]\n";
       return 2;
     }
   }
+  const bool small = o.short_mode || o.forgetting;  // target-6m, k = 4, 4 clients
   if (o.target.empty()) {
-    o.target = o.shared + (o.short_mode ? "/models/target-6m" : "/models/target-wide-46m");
+    o.target = o.shared + (small ? "/models/target-6m" : "/models/target-wide-46m");
   }
-  if (o.k.empty()) o.k = o.short_mode ? "4" : "auto";
-  if (o.concurrency <= 0) o.concurrency = o.short_mode ? 4 : 1;
-  if (o.short_mode) {  // a shorter phase, a looser domain tolerance
-    if (!phase_requests_set) o.phase_requests = 320;
-    o.train_args.insert(o.train_args.begin(), "--max-domain-regression=0.05");
-  }
+  if (o.k.empty()) o.k = small ? "4" : "auto";
+  if (o.concurrency <= 0) o.concurrency = small ? 4 : 1;
+  if (o.short_mode && !phase_requests_set) o.phase_requests = 224;
   fs::create_directories(o.out);
   const std::vector<Phase> phases = Phases(o);
   const std::vector<TraceRequest> trace = BuildTrace(o, phases);
@@ -1094,8 +1198,21 @@ int Main(int argc, char** argv) {
       EmitWindows(file, a, plain, trace, phases, o, &series);
     }
   }
-  bool valid = Summarize(file, arms, trace, phases, o);
-  if (!o.short_mode) {
+  bool valid = true;
+  if (o.forgetting) {
+    const auto [live, candidate] = SummarizeForgetting(file, arms[0], trace, phases);
+    std::cerr << "faster_over_time: idle domains' largest held-out alpha drop below their best: "
+              << "live " << live << ", candidate " << candidate << "\n";
+    int failed = 0;
+    for (size_t i = 0; i < trace.size(); ++i) failed += arms[0].sent[i] && !arms[0].results[i].ok;
+    EmitSummary(file, "failed_requests", {{"arm", "online"}}, failed, "requests");
+    EmitSummary(file, "versions_published", {{"arm", "online"}},
+                arms[0].trainer.empty() ? 0 : arms[0].trainer.back().published, "versions");
+    valid = failed == 0;
+  } else {
+    valid = Summarize(file, arms, trace, phases, o);
+  }
+  if (!o.short_mode && !o.forgetting) {
     const int at = FirstPublish(o);
     EmitSummary(file, "first_publish_requests",
                 {{"domain", "c"}, {"target", fs::path(o.target).filename().string()}},
