@@ -186,9 +186,8 @@ class Scheduler {
   // By domain label: earlier requests' tokens, and the acceptance of suffix blocks apart for
   // greedy [0] and sampled [1] requests. A deterministic block is accepted with the target's
   // probability of its tokens: near 1 where a greedy request repeats an earlier greedy answer,
-  // far less under sampling. With one estimate for both, on the domain-shift trace's recurring
-  // prompts, suffix blocks sped greedy requests up 2.03x and slowed temperature-0.8 ones to
-  // 0.71x (bench/faster_over_time).
+  // far less under sampling. One estimate for both would keep taking suffix blocks for sampled
+  // requests where they slow decoding down (bench/faster_over_time's recurring prompts).
   struct SuffixState {
     std::unique_ptr<SuffixIndex> index;
     SuffixAcceptance acceptance[2];
