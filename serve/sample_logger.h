@@ -87,7 +87,7 @@ class SampleLogger {
   struct Job {
     std::shared_ptr<Trace> trace;
     bool finish = false;
-    SpecStep step;       // top-K fields empty until the worker fills them
+    SpecStep step;       // start_pos, draft tokens, num_accepted; RecordBuilder adds the rest
     at::Tensor rows;     // step rows
     bool prompt = false;  // rows are prompt positions from step.start_pos on, a step each
     // Steps it makes (what max_pending_steps counts): a prompt job's rows hold as much as
