@@ -68,7 +68,7 @@ void SalvagingIterator::SeekToFirst() {
     status_ = Status::IOError(it_->status().ToString());
     return;
   }
-  StepOver("", /*inclusive=*/true, it_->status().ToString());
+  StepOver("", it_->status().ToString());
 }
 
 void SalvagingIterator::Seek(const rocksdb::Slice& target) {
@@ -78,24 +78,23 @@ void SalvagingIterator::Seek(const rocksdb::Slice& target) {
     case Probe::kError:
       return;
     case Probe::kCorrupt:
-      StepOver(t, /*inclusive=*/true, it_->status().ToString());
+      StepOver(t, it_->status().ToString());
   }
 }
 
 void SalvagingIterator::Next() {
-  const std::string last = it_->key().ToString();
+  last_.assign(it_->key().data(), it_->key().size());  // reuses its capacity: no allocation
   it_->Next();
   if (it_->Valid() || it_->status().ok()) return;
   if (!it_->status().IsCorruption()) {
     status_ = Status::IOError(it_->status().ToString());
     return;
   }
-  StepOver(last, /*inclusive=*/false, it_->status().ToString());
+  const std::string last = last_;
+  StepOver(last, it_->status().ToString());
 }
 
-void SalvagingIterator::StepOver(const std::string& after, bool inclusive,
-                                 const std::string& error) {
-  (void)inclusive;  // either way seeks just past `after` fail; the search starts above it
+void SalvagingIterator::StepOver(const std::string& after, const std::string& error) {
   DamagedRange range;
   range.after = after;
   range.error = error;

@@ -55,13 +55,16 @@ class SalvagingIterator {
 
  private:
   enum class Probe { kOk, kCorrupt, kError };
-  // Positions it_ at the first readable key > `after` (or >= when `inclusive`).
-  void StepOver(const std::string& after, bool inclusive, const std::string& error);
+  // Positions it_ at the first readable key > `after`, where seeking just past `after` failed
+  // (`after` is the last key read, or a seek target whose own seek failed: a key equal to it
+  // would lie in the damaged block).
+  void StepOver(const std::string& after, const std::string& error);
   Probe SeekFresh(const std::string& target);
 
   std::function<rocksdb::Iterator*()> make_;
   size_t key_width_;
   std::unique_ptr<rocksdb::Iterator> it_;
+  std::string last_;  // the key before the last Next()
   Status status_;
   std::vector<DamagedRange> damaged_;
 };
