@@ -7,7 +7,9 @@
 // has broken companions that the same statistic must reject: a chooser that keeps a block only
 // where the target's sample of the step (peeked at through the decoder's random stream) agrees
 // with its first token, and (suffix case) suffix blocks whose q rows are not the one-hot they
-// are. A control drops blocks by a coin of its own through the same seam
+// are. Two more cases take the other drafters' paths: an EAGLE-3 head's chains beside suffix
+// blocks (serve --draft HEAD), and generate's --prompt-lookup --draft (a FallbackProposer,
+// BlockKind::kProposer). A control drops blocks by a coin of its own through the same seam
 // (DecodeSlot::review_block_for_testing) and must keep the law, so that what the peeking
 // chooser's rejection shows is the peek. Every case prints the share of steps of each BlockKind
 // (the plan chosen) and asserts that each kind it claims to cover was taken.
@@ -28,8 +30,10 @@
 #include "common/base/rng.h"
 #include "common/engine/decode_step.h"
 #include "common/engine/draft_model_proposer.h"
+#include "common/engine/feature_draft_proposer.h"
 #include "common/engine/generate.h"
 #include "common/engine/speculative_decoder.h"
+#include "common/model/eagle3_head.h"
 #include "common/spec/chain_verify.h"
 #include "common/spec/prompt_lookup_proposer.h"
 #include "common/spec/rrs.h"
@@ -60,9 +64,17 @@ enum class Variant {
 };
 bool IsBroken(Variant v) { return v == Variant::kPeekingChooser || v == Variant::kSoftSuffixQ; }
 
+// What drafts the slot's chains (DecodeSlot::proposer).
+enum class Drafter {
+  kModel,            // a draft model (serve, generate): chains, and trees where on offer
+  kHead,             // an EAGLE-3 head over the target's features (serve --draft HEAD)
+  kLookupThenModel,  // generate --prompt-lookup --draft: prompt lookup, else the draft model
+};
+
 struct Case {
   const char* name;
-  bool suffix, lookup, tree;  // what is on offer beside the draft model's chains
+  Drafter drafter;
+  bool suffix, lookup, tree;  // what is on offer beside the drafter's chains
   Variant variant;
   std::vector<int> prompt;
   int batch;              // sequences per decode step
@@ -111,17 +123,29 @@ Status PeekableVerifyTree(int vocab, const std::vector<int>& drafts, const float
   return spec::VerifyRecursiveRejection(vocab, drafts, q, p, rng, out);
 }
 
-// One trial's sequence and its slot, set up as the scheduler sets up a request's.
+// One trial's sequence and its slot, set up as the scheduler (generate: GenerateSpeculative)
+// sets up a request's.
 struct Sequence {
-  Sequence(const LlamaModel* target, const LlamaModel* draft, Domain* domain, const Case& c,
-           const GenerateOptions& g)
-      : proposer(draft, g.sampling),
-        lookup(kVocab, false),
-        decoder(target, &proposer, c.prompt, g),
-        coin(g.sampling.seed ^ 0xc011ULL),
-        seed(g.sampling.seed) {
-    slot.decoder = &decoder;
-    slot.proposer = slot.draft_proposer = &proposer;
+  Sequence(const LlamaModel* target, const LlamaModel* draft, const Eagle3Head* head,
+           Domain* domain, const Case& c, const GenerateOptions& g)
+      : lookup(kVocab, false), coin(g.sampling.seed ^ 0xc011ULL), seed(g.sampling.seed) {
+    switch (c.drafter) {
+      case Drafter::kModel:
+        model = std::make_unique<DraftModelProposer>(draft, g.sampling);
+        slot.proposer = slot.draft_proposer = model.get();
+        break;
+      case Drafter::kHead:
+        features = std::make_unique<FeatureDraftProposer>(head, g.sampling);
+        slot.proposer = slot.feature_proposer = features.get();
+        break;
+      case Drafter::kLookupThenModel:
+        model = std::make_unique<DraftModelProposer>(draft, g.sampling);
+        fallback = std::make_unique<FallbackProposer>(&lookup, model.get());
+        slot.proposer = fallback.get();
+        break;
+    }
+    decoder = std::make_unique<SpeculativeDecoder>(target, slot.proposer, c.prompt, g);
+    slot.decoder = decoder.get();
     slot.policy = &domain->policy;
     if (c.suffix) {
       suffix = c.variant == Variant::kSoftSuffixQ
@@ -144,8 +168,8 @@ struct Sequence {
       };
     }
     if (c.variant == Variant::kPeekingChooser) {
-      decoder.set_verifier_for_testing(&PeekableVerifyChain);
-      decoder.set_multi_draft_verifier_for_testing(&PeekableVerifyTree);
+      decoder->set_verifier_for_testing(&PeekableVerifyChain);
+      decoder->set_multi_draft_verifier_for_testing(&PeekableVerifyTree);
       slot.on_commit = [this](const DecodeSlot& done, const at::Tensor&) {
         if (g_verifier_rng != nullptr) {
           stream = g_verifier_rng;
@@ -174,7 +198,7 @@ struct Sequence {
     KVCache cache = target.NewCache();
     ForwardInput in;
     in.cache = &cache;
-    in.tokens.assign(decoder.tokens().begin(), decoder.tokens().end());
+    in.tokens.assign(decoder->tokens().begin(), decoder->tokens().end());
     const at::Tensor logits = target.Forward({in});  // the last row: the pending token's
     std::vector<float> scratch;
     const int x = SampleToken(logits.data_ptr<float>(), kVocab, sp, &rng, &scratch);
@@ -187,10 +211,12 @@ struct Sequence {
     return false;
   }
 
-  DraftModelProposer proposer;
+  std::unique_ptr<DraftModelProposer> model;
+  std::unique_ptr<FeatureDraftProposer> features;
+  std::unique_ptr<FallbackProposer> fallback;
   std::unique_ptr<SuffixProposer> suffix;
   PromptLookupProposer lookup;
-  SpeculativeDecoder decoder;
+  std::unique_ptr<SpeculativeDecoder> decoder;
   DecodeSlot slot;
   Rng coin;                      // the blind review's
   std::vector<BlockKind> kinds;  // the plan of each step
@@ -205,15 +231,37 @@ struct Sequence {
   int dropped_for = -1;  // this step's block was dropped, its plain step drawing this token
 };
 
+// The initial head over the target's layers 1, 2, 3 (it computes the target's last layer),
+// every tensor perturbed so that q differs from p (feature_draft_test.cc's NoisyHead).
+std::unique_ptr<Eagle3Head> NoisyHead(const LlamaModel& target) {
+  Eagle3Head::InitOptions o;
+  o.aux_layers = {1, 2, 3};
+  o.draft_vocab_size = kVocab;
+  std::unique_ptr<Eagle3Head> head, noisy;
+  Status s = Eagle3Head::InitFromTarget(target, o, &head);
+  if (!s.ok()) throw std::runtime_error(s.ToString());
+  at::manual_seed(202);
+  TensorMap w;
+  for (const auto& [name, t] : head->NamedWeights()) {
+    w[name] = t.is_floating_point() ? t + at::randn(t.sizes()) * 0.3 : t;
+  }
+  s = Eagle3Head::FromTensors(head->config(), w, target, LoadOptions(), &noisy);
+  if (!s.ok()) throw std::runtime_error(s.ToString());
+  return noisy;
+}
+
 class DecodeStepExactness : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DecodeStepExactness, SequenceLawEqualsTargetLaw) {
   c10::InferenceMode guard;
   const Case& c = GetParam();
-  ModelConfig cfg = testing::TinyConfig();
+  // A head reads the inputs of target layers 1, 2, 3: its target has 4.
+  ModelConfig cfg = c.drafter == Drafter::kHead ? testing::TinyFourLayerConfig()
+                                                : testing::TinyConfig();
   cfg.vocab_size = kVocab;
   auto target = testing::RandomModel(cfg, 101);
   auto draft = testing::RandomModel(cfg, 202);
+  const auto head = c.drafter == Drafter::kHead ? NoisyHead(*target) : nullptr;
   SamplingParams sp;
   sp.temperature = 0.8f;
   sp.top_p = 0.9f;
@@ -237,13 +285,14 @@ TEST_P(DecodeStepExactness, SequenceLawEqualsTargetLaw) {
       g.stop_at_eos = false;
       g.sampling = sp;
       g.sampling.seed = 1000 + t;
-      seqs.push_back(std::make_unique<Sequence>(target.get(), draft.get(), &domain, c, g));
+      seqs.push_back(
+          std::make_unique<Sequence>(target.get(), draft.get(), head.get(), &domain, c, g));
     }
     for (;;) {
       std::vector<DecodeSlot*> slots;
       std::vector<Sequence*> live;
       for (auto& s : seqs) {
-        if (s->decoder.finished()) continue;
+        if (s->decoder->finished()) continue;
         slots.push_back(&s->slot);
         live.push_back(s.get());
       }
@@ -266,14 +315,14 @@ TEST_P(DecodeStepExactness, SequenceLawEqualsTargetLaw) {
         }
         ++steps;
         // The scheduler indexes a finished request's prompt and output for later ones.
-        if (s->decoder.finished() && c.suffix) domain.index.Add(s->decoder.tokens());
+        if (s->decoder->finished() && c.suffix) domain.index.Add(s->decoder->tokens());
       }
     }
     for (auto& s : seqs) {
-      const std::vector<int> out = s->decoder.generated();
+      const std::vector<int> out = s->decoder->generated();
       ASSERT_EQ(out.size(), static_cast<size_t>(kLen));
       cells[out[0] * 25 + out[1] * 5 + out[2]]++;
-      total.Add(s->decoder.stats());
+      total.Add(s->decoder->stats());
       dropped += s->dropped;
       const std::set<BlockKind> distinct(s->kinds.begin(), s->kinds.end());
       switched += distinct.size() > 1 ? 1 : 0;
@@ -328,22 +377,31 @@ const std::vector<int> kRepetitive = {1, 3, 0, 4, 1, 3, 0};  // n-grams for prom
 
 Case Suffix(const char* name, Variant variant) {
   // (Soft suffix rows make suffix blocks look better: draft chains become rare.)
-  return {name, true, false, false, variant, kRecurring, 8, 2e-4,
+  return {name, Drafter::kModel, true, false, false, variant, kRecurring, 8, 2e-4,
           variant == Variant::kSoftSuffixQ
               ? std::vector<BlockKind>{BlockKind::kSuffix}
               : std::vector<BlockKind>{BlockKind::kSuffix, BlockKind::kDraftModel}};
 }
 Case Lookup(const char* name, Variant variant) {
-  return {name, false, true, false, variant, kRepetitive, 8, 4.5e-4,
+  return {name, Drafter::kModel, false, true, false, variant, kRepetitive, 8, 4.5e-4,
           {BlockKind::kLookup, BlockKind::kDraftModel}};
 }
 Case Tree(const char* name, Variant variant) {
-  return {name, false, false, true, variant, kRecurring, 4, 5e-5,
+  return {name, Drafter::kModel, false, false, true, variant, kRecurring, 4, 5e-5,
           {BlockKind::kTree, BlockKind::kDraftModel}};
 }
 Case Everything(const char* name, Variant variant) {
-  return {name, true, true, true, variant, kRepetitive, 4, 1.3e-4,
+  return {name, Drafter::kModel, true, true, true, variant, kRepetitive, 4, 1.3e-4,
           {BlockKind::kSuffix, BlockKind::kLookup, BlockKind::kTree, BlockKind::kDraftModel}};
+}
+
+Case HeadWithSuffix(const char* name, Variant variant) {
+  return {name, Drafter::kHead, true, false, false, variant, kRecurring, 8, 1e-5,
+          {BlockKind::kFeatureDraft, BlockKind::kSuffix}};
+}
+Case GenerateLookupThenDraft(const char* name, Variant variant) {
+  return {name, Drafter::kLookupThenModel, false, false, false, variant, kRepetitive, 8, 2e-4,
+          {BlockKind::kProposer}};
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -358,7 +416,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Everything("SwitchingKinds", Variant::kProduction),
                       Everything("SwitchingKindsBlindDropsKeepTheLaw", Variant::kBlindDrops),
                       Everything("SwitchingKindsPeekingChooserIsCaught",
-                                 Variant::kPeekingChooser)),
+                                 Variant::kPeekingChooser),
+                      HeadWithSuffix("HeadWithSuffix", Variant::kProduction),
+                      HeadWithSuffix("HeadWithSuffixPeekingChooserIsCaught",
+                                     Variant::kPeekingChooser),
+                      GenerateLookupThenDraft("GenerateLookupThenDraft", Variant::kProduction),
+                      GenerateLookupThenDraft("GenerateLookupThenDraftPeekingChooserIsCaught",
+                                              Variant::kPeekingChooser)),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
