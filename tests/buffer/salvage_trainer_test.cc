@@ -2,12 +2,16 @@
 // draft-prose-1m) with 256 bytes of its records' table file overwritten and one record whose
 // bytes do not decode. The online path (catch-up, batches, steps, evaluation) and the offline
 // path keep going; the damage is counted, the same count an independent reader finds, and
-// exported as specloop_train_records_skipped_total{reason}.
+// exported as specloop_train_records_skipped_total{reason} and in `train --offline`'s report.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
 #include <rocksdb/db.h>
 
 #include "buffer/replay_buffer.h"
@@ -147,6 +151,36 @@ TEST_F(SalvageTrainer, OfflineTrainsOnTheIntactRecords) {
   const auto skipped = t->records_skipped();
   EXPECT_EQ(skipped.at("damaged_block"), expect["damaged_block"]);
   EXPECT_EQ(skipped.at("undecodable"), 1u);
+}
+
+// `specloop train --offline` as users run it: exit 0 (--force), and the JSON report's
+// "records_skipped" carries the damage an independent reader counts.
+TEST_F(SalvageTrainer, OfflineCommandReportsTheDamage) {
+  uint64_t read = 0;
+  std::map<std::string, uint64_t> expect;
+  ReaderCounts(&read, &expect);
+  TempDir ckpt;
+  const std::string cmd = std::string("'") + SPECLOOP_BINARY + "' train --draft '" +
+                          SharedDir() + "/models/draft-prose-1m' --buffer '" +
+                          dir_->Sub("buffer") + "' --checkpoints '" + ckpt.path() +
+                          "' --lr 1e-3 --metrics-port 0 --threads 1 --offline --epochs 1 "
+                          "--force 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[8192];
+  std::string last;
+  while (fgets(buf, sizeof(buf), p)) {
+    if (buf[0] == '{') last = buf;
+  }
+  const int status = pclose(p);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_FALSE(last.empty());
+  const auto j = nlohmann::json::parse(last);
+  EXPECT_EQ(j["records_skipped"]["damaged_block"].get<uint64_t>(), expect["damaged_block"]);
+  EXPECT_EQ(j["records_skipped"]["undecodable"].get<uint64_t>(), 1u);
+  EXPECT_EQ(j["records_skipped"]["damaged_wal"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["steps"].get<int64_t>(), 0);
 }
 
 }  // namespace
