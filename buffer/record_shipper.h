@@ -52,10 +52,10 @@ struct ShipperOptions {
   // Connect and reply timeout. Default: 5 s.
   double timeout_seconds = 5.0;
   // Run(): the pause when nothing is new, and the longest pause between reconnection attempts.
-  // A catch-up with the buffer costs ~4 ms of CPU whatever it finds (RocksDB's secondary
-  // catch-up, measured beside a serving worker): polling at 1 s takes 0.4% of a core, at 0.1 s
-  // it took 4% and 9-15% of serving's throughput on two busy cores. Records then reach the
-  // stream within about a second; the trainer reads its buffer every 5 s. Default: 1 s.
+  // A catch-up with the buffer (RocksDB's secondary catch-up) costs the same CPU whatever it
+  // finds, so a shorter poll takes its share of the cores a serving worker beside it decodes
+  // on. Records reach the stream within about a poll; the trainer reads its buffer every 5 s.
+  // Default: 1 s.
   double poll_seconds = 1.0;
   double max_backoff_seconds = 5.0;
 };
