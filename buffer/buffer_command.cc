@@ -18,6 +18,7 @@
 #include "buffer/record_shipper.h"
 #include "buffer/stream_ingester.h"
 #include "buffer/stream_metrics.h"
+#include "common/base/clock.h"
 #include "common/observe/process_metrics.h"
 
 namespace specloop {
@@ -175,7 +176,7 @@ int RunShip(ShipperOptions o, const std::string& redis, const MetricsAddress& ma
     return 2;
   }
   StopOnSignals();
-  const uint64_t start_us = UnixMicrosNow();
+  const uint64_t start_us = NowMicros();
   std::unique_ptr<RecordShipper> shipper;
   Status s = RecordShipper::Open(o, &shipper);
   metrics::Registry registry;
@@ -188,7 +189,7 @@ int RunShip(ShipperOptions o, const std::string& redis, const MetricsAddress& ma
     ShipperMetrics* mp = m.get();
     if (s.ok()) {
       s = MetricsEndpoint::Start(ma.host, ma.port, &registry,
-                                 [sh, mp] { mp->Update(sh->stats(), UnixMicrosNow()); }, &endpoint);
+                                 [sh, mp] { mp->Update(sh->stats(), NowMicros()); }, &endpoint);
     }
   }
   if (!s.ok()) {
@@ -229,7 +230,7 @@ int RunIngest(IngesterOptions o, const std::string& redis, const MetricsAddress&
     IngesterMetrics* mp = m.get();
     if (s.ok()) {
       s = MetricsEndpoint::Start(ma.host, ma.port, &registry,
-                                 [in, mp] { mp->Update(in->stats(), UnixMicrosNow()); }, &endpoint);
+                                 [in, mp] { mp->Update(in->stats(), NowMicros()); }, &endpoint);
     }
   }
   if (!s.ok()) {

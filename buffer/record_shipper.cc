@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "buffer/keys.h"
+#include "common/base/clock.h"
 #include "buffer/stream_trim.h"
 
 namespace specloop {
@@ -126,10 +127,7 @@ Status RecordShipper::ShipOnce(uint64_t* shipped) {
     s = ShipBatch(/*slack=*/first, &n);
     total += n;
     if (n == 0) {
-      stats_.caught_up_us = static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::microseconds>(
-              std::chrono::system_clock::now().time_since_epoch())
-              .count());
+      stats_.caught_up_us = NowMicros();
       break;
     }
   }

@@ -40,12 +40,6 @@ double Seconds(uint64_t later_us, uint64_t earlier_us) {
 
 }  // namespace
 
-uint64_t UnixMicrosNow() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
-
 Status ShipperMetrics::Create(metrics::Registry* registry, const std::string& id,
                               uint64_t start_us, std::unique_ptr<ShipperMetrics>* out) {
   std::unique_ptr<ShipperMetrics> m(new ShipperMetrics());

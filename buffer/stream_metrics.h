@@ -51,9 +51,6 @@ class IngesterMetrics {
   metrics::Gauge *lag_entries_ = nullptr, *lag_seconds_ = nullptr, *length_ = nullptr;
 };
 
-// Unix time now, microseconds.
-uint64_t UnixMicrosNow();
-
 // GET /metrics (the registry, after `before_scrape` ran) and GET /health on host:port, served
 // by a thread of its own until destroyed.
 class MetricsEndpoint {

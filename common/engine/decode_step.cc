@@ -6,15 +6,13 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include "common/base/clock.h"
 #include "common/spec/acceptance.h"
 
 namespace specloop {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double SecondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 void FailSlot(DecodeSlot* slot, const char* what, const std::exception& e) {
   slot->error = std::string(what) + ": " + e.what();
 }
