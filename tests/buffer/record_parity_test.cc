@@ -16,6 +16,7 @@
 #include "buffer/replay_logger.h"
 #include "serve/sample_logger.h"
 #include "tests/serve/buffer_records.h"
+#include "tests/common/test_models.h"
 #include "tests/testing/temp_dir.h"
 #include "trainer/synthetic_traffic.h"
 
@@ -23,41 +24,6 @@ namespace specloop {
 namespace {
 
 constexpr int kVocab = 24;
-
-// A one-layer Llama whose logits after token t are table[t] ([V, V]): one-hot embeddings, zero
-// attention and MLP weights (the residual passes through), lm_head undoing the final RMSNorm.
-std::unique_ptr<LlamaModel> BigramModel(const at::Tensor& table) {
-  const int64_t V = table.size(0), H = V, ff = 8;
-  ModelConfig c;
-  c.vocab_size = static_cast<int>(V);
-  c.hidden_size = static_cast<int>(H);
-  c.intermediate_size = static_cast<int>(ff);
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = c.num_key_value_heads = 2;
-  c.head_dim = static_cast<int>(H / 2);
-  c.max_position_embeddings = 512;
-  c.rms_norm_eps = 1e-12;
-  c.bos_token_id = 0;
-  c.eos_token_ids = {};  // never stops early
-  const auto f = at::TensorOptions().dtype(at::kFloat);
-  TensorMap w;
-  w["model.embed_tokens.weight"] = at::eye(V, f);
-  const std::string p = "model.layers.0.";
-  w[p + "input_layernorm.weight"] = at::ones({H}, f);
-  for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
-    w[p + "self_attn." + m + ".weight"] = at::zeros({H, H}, f);
-  }
-  w[p + "post_attention_layernorm.weight"] = at::ones({H}, f);
-  w[p + "mlp.gate_proj.weight"] = at::zeros({ff, H}, f);
-  w[p + "mlp.up_proj.weight"] = at::zeros({ff, H}, f);
-  w[p + "mlp.down_proj.weight"] = at::zeros({H, ff}, f);
-  w["model.norm.weight"] = at::ones({H}, f);
-  w["lm_head.weight"] = (table.t() / std::sqrt(static_cast<double>(H))).to(at::kFloat).contiguous();
-  std::unique_ptr<LlamaModel> m;
-  const Status s = LlamaModel::FromTensors(c, w, LoadOptions(), &m);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return m;
-}
 
 // The target's rows after each of `prev` (one forward on a fresh cache): [prev.size(), V].
 at::Tensor RowsAfter(const LlamaModel& model, const std::vector<int>& prev) {
@@ -75,8 +41,8 @@ TEST(RecordParity, SyntheticTrafficAndTheSampleLoggerBuildTheSameRecord) {
   // Rounded scores: ties inside each row, so the tie rule is exercised too.
   const at::Tensor target_table = (at::rand({kVocab, kVocab}, at::kDouble) * 8).round() / 2;
   const at::Tensor draft_table = target_table + at::randn({kVocab, kVocab}, at::kDouble) * 0.5;
-  std::unique_ptr<LlamaModel> target = BigramModel(target_table);
-  std::unique_ptr<LlamaModel> draft = BigramModel(draft_table);
+  std::unique_ptr<LlamaModel> target = testing::BigramModel(target_table);
+  std::unique_ptr<LlamaModel> draft = testing::BigramModel(draft_table);
   ASSERT_TRUE(target && draft);
 
   trainer::TrafficOptions o;

@@ -1,7 +1,10 @@
 // Tiny random Llama models and fixture paths for tests.
 #pragma once
 
+#include <cmath>
 #include <cstdlib>
+#include <memory>
+#include <stdexcept>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -96,6 +99,43 @@ inline std::unique_ptr<LlamaModel> RandomModel(const ModelConfig& c, uint64_t se
 
 // Whether tests can run the ATen forward on a GPU: LibTorch built with CUDA and a device present.
 // Tests of the CUDA path skip without one (CI has none; run them on a GPU machine).
+// A one-layer Llama whose logits after token t are table[t] (table: [V, V]), whatever came
+// before: one-hot embeddings (hidden size V), zero attention and MLP weights (the residual
+// passes through), a final RMSNorm that scales a one-hot vector to sqrt(V) and an lm_head that
+// undoes it. Its rows are known exactly, which law and parity tests need.
+inline std::unique_ptr<LlamaModel> BigramModel(const at::Tensor& table) {
+  const int64_t V = table.size(0), H = V, ff = 8;
+  ModelConfig c;
+  c.vocab_size = static_cast<int>(V);
+  c.hidden_size = static_cast<int>(H);
+  c.intermediate_size = static_cast<int>(ff);
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = c.num_key_value_heads = 2;
+  c.head_dim = static_cast<int>(H / 2);
+  c.max_position_embeddings = 512;
+  c.rms_norm_eps = 1e-12;
+  c.bos_token_id = 0;
+  c.eos_token_ids = {};  // never stops early
+  const auto f = at::TensorOptions().dtype(at::kFloat);
+  TensorMap w;
+  w["model.embed_tokens.weight"] = at::eye(V, f);
+  const std::string p = "model.layers.0.";
+  w[p + "input_layernorm.weight"] = at::ones({H}, f);
+  for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+    w[p + "self_attn." + m + ".weight"] = at::zeros({H, H}, f);
+  }
+  w[p + "post_attention_layernorm.weight"] = at::ones({H}, f);
+  w[p + "mlp.gate_proj.weight"] = at::zeros({ff, H}, f);
+  w[p + "mlp.up_proj.weight"] = at::zeros({ff, H}, f);
+  w[p + "mlp.down_proj.weight"] = at::zeros({H, ff}, f);
+  w["model.norm.weight"] = at::ones({H}, f);
+  w["lm_head.weight"] = (table.t() / std::sqrt(static_cast<double>(H))).to(at::kFloat).contiguous();
+  std::unique_ptr<LlamaModel> m;
+  const Status s = LlamaModel::FromTensors(c, w, LoadOptions(), &m);
+  if (!s.ok()) throw std::runtime_error("BigramModel: " + s.ToString());
+  return m;
+}
+
 inline bool CudaAvailable() { return at::hasCUDA() && at::getNumGPUs() > 0; }
 
 }  // namespace specloop::testing

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/test_models.h"
 #include "trainer/distill_loss.h"
 #include "trainer/processed_acceptance.h"
 #include "trainer/publish_gate.h"
@@ -25,42 +26,6 @@ namespace trainer {
 namespace {
 
 constexpr int kVocab = 16;
-
-// A one-layer Llama whose logits after token t are table[t] (table: [V, V]): embeddings are
-// one-hot rows (hidden size V), every attention and MLP weight is zero (the residual passes
-// through) and the final RMSNorm scales a one-hot vector to sqrt(V), which lm_head undoes.
-std::unique_ptr<LlamaModel> BigramModel(const at::Tensor& table) {
-  const int64_t V = table.size(0), H = V, ff = 8;
-  ModelConfig c;
-  c.vocab_size = static_cast<int>(V);
-  c.hidden_size = static_cast<int>(H);
-  c.intermediate_size = static_cast<int>(ff);
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = c.num_key_value_heads = 2;
-  c.head_dim = static_cast<int>(H / 2);
-  c.max_position_embeddings = 512;
-  c.rms_norm_eps = 1e-12;
-  c.bos_token_id = 0;
-  c.eos_token_ids = {};  // never stops early
-  const auto f = at::TensorOptions().dtype(at::kFloat);
-  TensorMap w;
-  w["model.embed_tokens.weight"] = at::eye(V, f);
-  const std::string p = "model.layers.0.";
-  w[p + "input_layernorm.weight"] = at::ones({H}, f);
-  for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
-    w[p + "self_attn." + m + ".weight"] = at::zeros({H, H}, f);
-  }
-  w[p + "post_attention_layernorm.weight"] = at::ones({H}, f);
-  w[p + "mlp.gate_proj.weight"] = at::zeros({ff, H}, f);
-  w[p + "mlp.up_proj.weight"] = at::zeros({ff, H}, f);
-  w[p + "mlp.down_proj.weight"] = at::zeros({H, ff}, f);
-  w["model.norm.weight"] = at::ones({H}, f);
-  w["lm_head.weight"] = (table.t() / std::sqrt(static_cast<double>(H))).to(at::kFloat).contiguous();
-  std::unique_ptr<LlamaModel> m;
-  const Status s = LlamaModel::FromTensors(c, w, LoadOptions(), &m);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return m;
-}
 
 // After token t the target ranks First(t) just above Second(t) (logits 2.0 and 1.8, the rest in
 // [-1, 1]). The live draft is sure of First(t) (5.0, the rest 0); the candidate copies the
@@ -158,9 +123,9 @@ class SamplingAwareGate : public ::testing::Test {
  protected:
   void SetUp() override {
     tables_ = MakeTables();
-    target_ = BigramModel(tables_.target);
-    live_ = BigramModel(tables_.live);
-    candidate_ = BigramModel(tables_.candidate);
+    target_ = testing::BigramModel(tables_.target);
+    live_ = testing::BigramModel(tables_.live);
+    candidate_ = testing::BigramModel(tables_.candidate);
     ASSERT_TRUE(target_ && live_ && candidate_);
   }
   Tables tables_;
