@@ -2,8 +2,8 @@
 // test suite: over the same trace (prose+docs, then python) the online arm (trainer running)
 // ends the python phase with a higher acceptance than the static arm, no request fails in
 // either arm, the output has the documented lines, and the plot is drawn. The trainer runs at
-// its defaults (gate included): the replay and held-out floors per domain keep docs from
-// falling while python is learnt, which is what let the gate refuse every candidate before.
+// its defaults, gate included (its replay floor per domain replays docs while python is learnt:
+// trainer/README.md, "No forgetting").
 #include <gtest/gtest.h>
 
 #include <filesystem>
