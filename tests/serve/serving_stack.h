@@ -1,6 +1,7 @@
 // An in-process serving stack for the serve tests of one model directory: HttpServer +
-// Scheduler on a free loopback port (no replay buffer), with the request defaults of the
-// model's generation_config.json as `specloop serve` resolves them; and small request helpers.
+// Scheduler on a free loopback port (a replay buffer where asked), with the request defaults of
+// the model's generation_config.json as `specloop serve` resolves them; and small request
+// helpers.
 #pragma once
 
 #include <memory>
@@ -12,8 +13,10 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "buffer/replay_logger.h"
 #include "common/tokenizer/generation_config.h"
 #include "serve/http_server.h"
+#include "serve/sample_logger.h"
 
 namespace specloop {
 namespace serve_test {
@@ -25,6 +28,9 @@ struct StackOptions {
   std::vector<int> tree_branching;
   GenerationConfigMode generation_config = GenerationConfigMode::kAuto;
   std::string model_name = "model";
+  int max_batch = 0;  // 0: SchedulerOptions' default
+  SpecMetricsLevel per_request_spec_metrics = SpecMetricsLevel::kNone;
+  std::string buffer_dir;  // non-empty: every request logged into a replay buffer there
 };
 
 class ServingStack {
@@ -44,28 +50,43 @@ class ServingStack {
       status_ = ResolveGenerationDefaults(gc, o.generation_config, target_->config().eos_token_ids,
                                           target_->config().vocab_size, &ho.generation_defaults);
     }
+    if (status_.ok() && !o.buffer_dir.empty()) {
+      status_ = ReplayLogger::Open(BufferOptions(), LoggerOptions(), o.buffer_dir, &logger_);
+      if (status_.ok()) {
+        sample_logger_ = std::make_unique<SampleLogger>(logger_.get(), SampleLoggerOptions());
+      }
+    }
     if (!status_.ok()) return;
     EXPECT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &metrics_).ok());
     SchedulerOptions so;
     so.k = o.k;
     so.tree_branching = o.tree_branching;
+    if (o.max_batch > 0) so.max_batch = o.max_batch;
+    so.per_request_spec_metrics = o.per_request_spec_metrics;
     scheduler_ = std::make_unique<Scheduler>(target_.get(), std::move(draft), tokenizer_.get(),
-                                             metrics_.get(), nullptr, so);
+                                             metrics_.get(), sample_logger_.get(), so);
     status_ = scheduler_->Start();
     if (!status_.ok()) return;
     ho.port = 0;
     ho.model_name = o.model_name;
     server_ = std::make_unique<HttpServer>(ho, scheduler_.get(), metrics_.get(), tokenizer_.get(),
-                                           &target_->config(), nullptr, nullptr);
+                                           &target_->config(), logger_.get(),
+                                           sample_logger_.get());
     status_ = server_->Bind(&port_);
     if (status_.ok()) thread_ = std::thread([this] { (void)server_->Run(); });
   }
-  ~ServingStack() {
+  ~ServingStack() { Shutdown(); }
+  // Stops the server and the scheduler; with a buffer, it then holds every finished request's
+  // record. Idempotent.
+  void Shutdown() {
     if (thread_.joinable()) {
       server_->Stop();
       thread_.join();
     }
     if (scheduler_) scheduler_->Stop();
+    sample_logger_.reset();
+    if (logger_) EXPECT_TRUE(logger_->Close().ok());
+    logger_.reset();
   }
   ServingStack(const ServingStack&) = delete;
   ServingStack& operator=(const ServingStack&) = delete;
@@ -111,6 +132,8 @@ class ServingStack {
   std::unique_ptr<LlamaModel> target_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ServingMetrics> metrics_;
+  std::unique_ptr<ReplayLogger> logger_;
+  std::unique_ptr<SampleLogger> sample_logger_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<HttpServer> server_;
   std::thread thread_;

@@ -9,17 +9,13 @@
 #include <cmath>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "buffer/replay_logger.h"
-#include "serve/http_server.h"
-#include "serve/sample_logger.h"
 #include "tests/serve/buffer_records.h"
+#include "tests/serve/serving_stack.h"
 #include "tests/serve/test_util.h"
 
 namespace specloop {
@@ -74,80 +70,27 @@ TEST(SpecDecodeMetrics, ParsesTheThreeLevelsAndNothingElse) {
 }
 
 // target-6m with draft-mix-1m, logging every request into a replay buffer.
-class MetricsServer {
- public:
-  MetricsServer(const std::string& buffer_dir, int k, SpecMetricsLevel level,
-                std::vector<int> tree_branching = {}) {
-    EXPECT_TRUE(LlamaModel::Load(serve_test::TargetDir(), {}, &target_).ok());
-    std::unique_ptr<LlamaModel> draft;
-    EXPECT_TRUE(LlamaModel::Load(serve_test::DraftDir(), {}, &draft).ok());
-    EXPECT_TRUE(Tokenizer::Load(serve_test::TargetDir(), &tokenizer_).ok());
-    EXPECT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &metrics_).ok());
-    EXPECT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), buffer_dir, &logger_).ok());
-    sample_logger_ = std::make_unique<SampleLogger>(logger_.get(), SampleLoggerOptions());
-    SchedulerOptions o;
-    o.k = k;
-    o.max_batch = 4;
-    o.per_request_spec_metrics = level;
-    o.tree_branching = std::move(tree_branching);
-    scheduler_ = std::make_unique<Scheduler>(target_.get(), std::move(draft), tokenizer_.get(),
-                                             metrics_.get(), sample_logger_.get(), o);
-    EXPECT_TRUE(scheduler_->Start().ok());
-    HttpServerOptions ho;
-    ho.port = 0;
-    server_ = std::make_unique<HttpServer>(ho, scheduler_.get(), metrics_.get(),
-                                           tokenizer_.get(), &target_->config(), logger_.get(),
-                                           sample_logger_.get());
-    EXPECT_TRUE(server_->Bind(&port_).ok());
-    thread_ = std::thread([this] { (void)server_->Run(); });
-  }
-  ~MetricsServer() { Shutdown(); }
+serve_test::StackOptions Stack(const std::string& buffer_dir, int k, SpecMetricsLevel level,
+                               std::vector<int> tree_branching = {}) {
+  serve_test::StackOptions o;
+  o.target_dir = serve_test::TargetDir();
+  o.draft_dir = serve_test::DraftDir();
+  o.k = k;
+  o.max_batch = 4;
+  o.per_request_spec_metrics = level;
+  o.tree_branching = std::move(tree_branching);
+  o.buffer_dir = buffer_dir;
+  return o;
+}
 
-  // Stops everything; the buffer holds every finished request's record afterwards.
-  void Shutdown() {
-    if (!server_) return;
-    server_->Stop();
-    thread_.join();
-    scheduler_->Stop();
-    sample_logger_.reset();
-    EXPECT_TRUE(logger_->Close().ok());
-    server_.reset();
-  }
-
-  // POSTs `body`; returns the response (or, streaming, the last chunk) and a stream's chunks.
-  json Post(const std::string& path, const json& body, std::vector<json>* chunks) const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(120, 0);
-    auto res = c.Post(path.c_str(), body.dump(), "application/json");
-    EXPECT_TRUE(res);
-    if (!res) return json();
-    EXPECT_EQ(res->status, 200) << res->body;
-    if (!body.value("stream", false)) return json::parse(res->body);
-    json last;
-    const std::string& b = res->body;
-    for (size_t pos = 0; pos < b.size();) {
-      const size_t end = b.find("\n\n", pos);
-      if (end == std::string::npos) break;
-      const std::string data = b.substr(pos + 6, end - pos - 6);  // after "data: "
-      pos = end + 2;
-      if (data == "[DONE]") break;
-      last = json::parse(data);
-      chunks->push_back(last);
-    }
-    return last;
-  }
-
- private:
-  std::unique_ptr<LlamaModel> target_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<ServingMetrics> metrics_;
-  std::unique_ptr<ReplayLogger> logger_;
-  std::unique_ptr<SampleLogger> sample_logger_;
-  std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<HttpServer> server_;
-  std::thread thread_;
-  int port_ = 0;
-};
+// POSTs `body`, expecting 200; returns the response (or, streaming, the last chunk) and a
+// stream's chunks.
+json Post(const serve_test::ServingStack& server, const std::string& path, const json& body,
+          std::vector<json>* chunks) {
+  json out;
+  EXPECT_EQ(server.Post(path, body, &out, chunks), 200) << out.dump();
+  return out;
+}
 
 // The block's own arithmetic: vLLM's definitions, as its test of PR 48915 checks them.
 void ExpectConsistent(const json& m, bool detailed) {
@@ -243,13 +186,16 @@ TEST(SpecDecodeMetricsHttp, DetailedBlockEqualsTheStepLogAtFixedK) {
   const std::string buffer = dir.Sub("buffer");
   std::map<std::string, json> responses;
   {
-    MetricsServer server(buffer, 3, SpecMetricsLevel::kDetailed);
+    serve_test::ServingStack server(Stack(buffer, 3, SpecMetricsLevel::kDetailed));
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
     int i = 0;
     for (const char* prompt : kPrompts) {
       for (bool stream : {false, true}) {
         for (bool chat : {false, true}) {
-          json body = {{"max_tokens", 24 + 5 * i}, {"stream", stream},
-                       {"temperature", i % 2 ? 0.8 : 0.0}, {"seed", 7 + i}};
+          json body = {{"max_tokens", 24 + 5 * i},
+                       {"stream", stream},
+                       {"temperature", i % 2 ? 0.8 : 0.0},
+                       {"seed", 7 + i}};
           if (chat) {
             body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
           } else {
@@ -257,7 +203,7 @@ TEST(SpecDecodeMetricsHttp, DetailedBlockEqualsTheStepLogAtFixedK) {
           }
           std::vector<json> chunks;
           const json out =
-              server.Post(chat ? "/v1/chat/completions" : "/v1/completions", body, &chunks);
+              Post(server, chat ? "/v1/chat/completions" : "/v1/completions", body, &chunks);
           ASSERT_TRUE(out.contains("metrics")) << out.dump();
           EXPECT_EQ(out["metrics"]["speculative_decoding"]["num_spec_tokens"], 3);
           if (stream) {
@@ -288,13 +234,14 @@ TEST(SpecDecodeMetricsHttp, SummaryBlockEqualsTheStepLogAtAdaptiveK) {
   const std::string buffer = dir.Sub("buffer");
   std::map<std::string, json> responses;
   {
-    MetricsServer server(buffer, -1, SpecMetricsLevel::kSummary);
+    serve_test::ServingStack server(Stack(buffer, -1, SpecMetricsLevel::kSummary));
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
     for (int round = 0; round < 3; ++round) {
       for (const char* prompt : kPrompts) {
-        json body = {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0.0},
-                     {"stream", round == 1}};
+        json body = {
+            {"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0.0}, {"stream", round == 1}};
         std::vector<json> chunks;
-        const json out = server.Post("/v1/completions", body, &chunks);
+        const json out = Post(server, "/v1/completions", body, &chunks);
         ASSERT_TRUE(out.contains("metrics")) << out.dump();
         EXPECT_EQ(out["metrics"]["speculative_decoding"]["num_spec_tokens"],
                   SpeculationPolicyOptions().k_max);
@@ -323,12 +270,13 @@ TEST(SpecDecodeMetricsHttp, TreeStepsCountNodesDraftedAndThePathAccepted) {
   const std::string buffer = dir.Sub("buffer");
   std::map<std::string, json> responses;
   {
-    MetricsServer server(buffer, 3, SpecMetricsLevel::kDetailed, {2, 2, 1});
+    serve_test::ServingStack server(Stack(buffer, 3, SpecMetricsLevel::kDetailed, {2, 2, 1}));
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
     for (const char* prompt : kPrompts) {
       std::vector<json> chunks;
-      const json out = server.Post(
-          "/v1/completions", {{"prompt", prompt}, {"max_tokens", 30}, {"temperature", 0.0}},
-          &chunks);
+      const json out =
+          Post(server, "/v1/completions",
+               {{"prompt", prompt}, {"max_tokens", 30}, {"temperature", 0.0}}, &chunks);
       ASSERT_TRUE(out.contains("metrics")) << out.dump();
       responses[out["id"].get<std::string>()] = out;
     }
@@ -365,12 +313,14 @@ TEST(SpecDecodeMetricsHttp, TreeStepsCountNodesDraftedAndThePathAccepted) {
 // Off (the default): the response is unchanged, no "metrics" anywhere.
 TEST(SpecDecodeMetricsHttp, OffByDefaultLeavesTheResponseUnchanged) {
   TempDir dir;
-  MetricsServer server(dir.Sub("buffer"), 3, SchedulerOptions().per_request_spec_metrics);
+  serve_test::ServingStack server(
+      Stack(dir.Sub("buffer"), 3, SchedulerOptions().per_request_spec_metrics));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
   for (bool stream : {false, true}) {
     std::vector<json> chunks;
-    const json out = server.Post(
-        "/v1/completions", {{"prompt", kPrompts[0]}, {"max_tokens", 8}, {"stream", stream}},
-        &chunks);
+    const json out =
+        Post(server, "/v1/completions",
+             {{"prompt", kPrompts[0]}, {"max_tokens", 8}, {"stream", stream}}, &chunks);
     EXPECT_FALSE(out.contains("metrics")) << out.dump();
     EXPECT_TRUE(out.contains("speculative"));
     for (const json& c : chunks) EXPECT_FALSE(c.contains("metrics"));
@@ -387,9 +337,9 @@ TEST(SpecDecodeMetricsCli, BadValuesAreRefusedClearly) {
   EXPECT_NE(out.find("--per-request-spec-metrics takes none, summary or detailed, not 'full'"),
             std::string::npos)
       << out;
-  EXPECT_EQ(serve_test::RunCommand(serve + "--k 0 --per-request-spec-decode-metrics summary 2>&1",
-                                   &out),
-            2);
+  EXPECT_EQ(
+      serve_test::RunCommand(serve + "--k 0 --per-request-spec-decode-metrics summary 2>&1", &out),
+      2);
   EXPECT_NE(out.find("needs speculation"), std::string::npos) << out;
   const std::string up = std::string(SPECLOOP_BINARY) + " up --target " +
                          serve_test::ShellQuote(serve_test::TargetDir()) +
