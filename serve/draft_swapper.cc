@@ -99,6 +99,19 @@ void DraftSwapper::OnInstalled(uint64_t version, const Status& status) {
   has_previous_ = true;
   installed_ = version;
   live_[version].clear();  // judge a (re)installed version on its own traffic from now on
+  // Only the installed version, its predecessor and the newest fetched one are ever read again
+  // (MaybeRollBack, a pending candidate): the others' state would grow with every publish.
+  auto stale = [&](uint64_t v) { return v != version && v != previous_ && v != newest_; };
+  for (auto it = live_.begin(); it != live_.end();) it = stale(it->first) ? live_.erase(it) : ++it;
+  for (auto it = dirs_.begin(); it != dirs_.end();) it = stale(it->first) ? dirs_.erase(it) : ++it;
+}
+
+size_t DraftSwapper::versions_kept() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<uint64_t> versions;
+  for (const auto& [v, domains] : live_) versions.insert(v);
+  for (const auto& [v, dir] : dirs_) versions.insert(v);
+  return versions.size();
 }
 
 void DraftSwapper::ObserveAcceptance(uint64_t version, const std::string& domain, int drafted,

@@ -68,6 +68,11 @@ class DraftSwapper : public DraftSwapHook {
   ~DraftSwapper() override;
   void Stop();
 
+  // Versions whose live acceptance or checkpoint directory the swapper keeps: at most the
+  // installed one, its predecessor (what a rollback compares with and reinstalls) and a fetched
+  // one not yet installed; older versions' state goes when a version is installed.
+  size_t versions_kept() const;
+
   bool TakeReady(DraftCandidate* out) override;
   void OnInstalled(uint64_t version, const Status& status) override;
   void ObserveAcceptance(uint64_t version, const std::string& domain, int drafted,
@@ -99,7 +104,7 @@ class DraftSwapper : public DraftSwapHook {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> installed_{0};
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   DraftCandidate ready_;                        // GUARDED_BY(mu_)
   uint64_t newest_ = 0;                         // GUARDED_BY(mu_): newest fetched or installed
   uint64_t previous_ = 0;                       // GUARDED_BY(mu_): installed before the current
