@@ -9,8 +9,9 @@
 // Every mode also prints soak_rss with params.process for every child of `up` (its log's
 // "started NAME (pid N)" lines) and the same growth summary for each. Fleet mode (--fleet:
 // `up --workers 2`, 30 minutes and a 5-minute warm-up unless given, traffic that moves from
-// one domain to the next every --shift-minutes) adds, every interval, the Redis stream's
-// length, redis-server's used memory (INFO memory) and the trainer's ingested records.
+// one domain to the next every --shift-minutes after a warm-up that visits every domain once)
+// adds, every interval, the Redis stream's length, redis-server's used memory (INFO memory)
+// and the trainer's ingested records.
 //
 //   soak_bench [--clients 32] [--minutes 20] [--interval 60] [--warmup-minutes 2]
 //              [--max-tokens 32] [--data DIR] [--keep-data] [--up-arg ARG ...]
@@ -287,12 +288,20 @@ int main(int argc, char** argv) {
   Window window;
   std::atomic<bool> stop{false};
   const auto traffic_start = Clock::now();
-  // The prompt a client sends as its i-th: any domain, or only the current phase's.
+  // The prompt a client sends as its i-th: any domain, or only the current phase's. With
+  // shifting domains the warm-up visits every domain once (warmup / domains minutes each) and
+  // the shifts start from the first domain after it: what a server keeps per domain (its
+  // suffix index, its acceptance estimates, a new domain's prefixes in the KV cache) first
+  // grows inside the warm-up, so the growth after it is not a new domain's first visit.
   auto pick = [&](size_t i) -> const std::pair<std::string, std::string>& {
     if (shift_minutes <= 0) return prompts[i % prompts.size()];
     const double m =
         std::chrono::duration<double>(Clock::now() - traffic_start).count() / 60.0;
-    const std::string& d = domains[static_cast<size_t>(m / shift_minutes) % domains.size()];
+    const size_t phase =
+        m < warmup_minutes
+            ? static_cast<size_t>(m / (warmup_minutes / static_cast<double>(domains.size())))
+            : static_cast<size_t>((m - warmup_minutes) / shift_minutes);
+    const std::string& d = domains[phase % domains.size()];
     size_t first = 0, count = 0;
     for (size_t j = 0; j < prompts.size(); ++j) {
       if (prompts[j].first != d) continue;
