@@ -7,6 +7,7 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include "common/base/clock.h"
 #include "common/engine/decode_step.h"
 #include "common/engine/speculative_decoder.h"
 #include "serve/sequence.h"
@@ -17,9 +18,6 @@ namespace specloop {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-double SecondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Cuts `tokens` after the first of `stop_ids`; returns whether there was one.
 bool CutAtStopId(const std::vector<int>& stop_ids, std::vector<int>* tokens) {

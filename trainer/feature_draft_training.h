@@ -5,9 +5,8 @@
 // The target's features are recomputed, not logged: the trainer runs its own copy of the target
 // over each record's tokens (one forward, no gradient), which also gives the target's FULL
 // distribution at every position, prompt included (a record logs the top-K of the verified
-// positions only). Measured on target-wide-46m (trainer/README.md, "Feature drafts"): logging
-// the features of a typical record (265 tokens, 3 x 768 wide) would take 1.2 MB in float16
-// against ~30 KB for the record itself; recomputing them costs the trainer ~0.28 CPU seconds.
+// positions only). Logging them instead would multiply a record's size: a record of N tokens
+// holds ~N x K log-probs, its features N x 3 x hidden values.
 //
 // Alignment, for a record of N tokens. Feature row t (0 <= t < N - 1) is the residual stream of
 // the target entering the head's aux layers at position t. Row t of unrolled step j reads it with
@@ -64,9 +63,7 @@ Status BuildFeatureExamples(const LlamaModel& target, const Eagle3Head& head,
 struct UnrollOptions {
   // Default: jsd:0.5, as the model drafts' (trainer/README.md).
   ObjectiveSpec objective{Objective::kJsd, 0.5};
-  // Unrolled steps S (EAGLE-3 trains 7). Default: 3: on target-6m (200 steps of 4 records)
-  // the expected accepted tokens of a k = 4 block were 0.605 / 0.745 / 0.731 / 0.688 for
-  // S = 1 / 3 / 4 / 6, the time per step growing with S (trainer/README.md, "Feature drafts").
+  // Unrolled steps S (EAGLE-3 trains 7); a step's time grows with S. Default: 3.
   int steps = 3;
   // Step j's loss weighs step_decay^j (EAGLE-3's 0.8). Default: 0.8.
   double step_decay = 0.8;

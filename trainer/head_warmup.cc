@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string>
 
+#include "common/base/clock.h"
 #include "common/base/rng.h"
 #include "common/engine/generate.h"
 
@@ -15,10 +16,6 @@ namespace trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // The seed of sequence `index`'s Rng: splitmix64 of the pair, so that neighbouring indices and
 // seeds give unrelated streams.

@@ -44,26 +44,26 @@ struct HeadWarmupOptions {
   // the target's context limit). Default: 128.
   int sequence_tokens = 128;
   // Random ids of the draft vocabulary after the start, drawn uniformly: a spread of starts
-  // beyond what the target writes first. Default: 0 (4 did no better on target-6m).
+  // beyond what the target writes first. Default: 0.
   int prefix_tokens = 0;
   // Sampling temperature of the target's text (1: its own distribution). Default: 1.
   float temperature = 1.0f;
-  // Sequences per optimizer step. Default: 1: a budget of 64-256 sequences makes few steps
-  // (trainer/README.md, "Warm-up at init": 4 a step learnt less at every lr tried).
+  // Sequences per optimizer step: a budget of 64-256 sequences makes few steps, so each one
+  // counts. Default: 1.
   int batch_records = 1;
   // AdamW's learning rate times the head's hidden size: lr = lr_width / hidden_size, so that a
   // wider head takes smaller steps (as muP scales Adam's for hidden layers). Default: 0.768:
-  // 3e-3 at hidden 256 (target-6m), 1e-3 at 768 (target-wide-46m), the best lr tried on each
-  // (trainer/README.md, "Warm-up at init").
+  // 3e-3 at hidden 256 (target-6m), 1e-3 at 768 (target-wide-46m); bench/head_warmup_bench
+  // compares settings.
   double lr_width = 0.768;
   // AdamW's other settings (clip 1.0; its lr is set from lr_width).
   AdamWOptions adamw;
   // The learning rate falls linearly from adamw.lr to 0 over the budget (by tokens trained on
   // before each step); false: constant. Default: true.
   bool decay = true;
-  // The training-time test: the trainer's objective and step decay, but 1 unrolled step (the
-  // online trainer's 3 cost ~2.2x the CPU per token: at equal CPU, S = 1 on twice the tokens
-  // drafted better, trainer/README.md "Warm-up at init"). Default: steps 1.
+  // The training-time test: the trainer's objective and step decay, but 1 unrolled step: a
+  // warm-up is bound by CPU, and S = 1 trains on about twice the tokens of the online
+  // trainer's 3 for the same time. Default: steps 1.
   UnrollOptions unroll = [] {
     UnrollOptions u;
     u.steps = 1;
@@ -74,9 +74,7 @@ struct HeadWarmupOptions {
 };
 
 // `draft init`'s budget: what one core warms a head for target-wide-46m on in under a minute
-// (49 CPU s; target-6m: 10 s), its held-out greedy alpha 0.01 -> 0.29 there (target-6m: 0.27,
-// which doubling the budget takes to 0.35 and doubling again to 0.36). trainer/README.md,
-// "Warm-up at init".
+// (bench/head_warmup_bench measures the alpha it buys against larger budgets).
 inline constexpr int64_t kDefaultWarmupTokens = 16384;
 
 struct HeadWarmupReport {

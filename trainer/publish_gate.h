@@ -16,12 +16,11 @@
 namespace specloop {
 namespace trainer {
 
-// Costs as fractions of a target decode step, measured on target-wide-46m (CPU, float32, one
-// thread, a 200-token context; trainer/README.md, "Feature drafts"): a drafted token of an
-// EAGLE-3 head grown from it (a 1-layer head as wide as its 6-layer target, draft vocabulary
-// 4096) 0.26; of draft-mix-1m 0.009; each verified token beyond the first 0.05-0.07 (the
-// target's 5-token forward against its 1-token one). Real targets (32+ layers) make a head's
-// share several times smaller: pass their own (`specloop train --first-draft-cost`).
+// Costs as fractions of a target decode step on target-wide-46m (CPU, float32, one thread;
+// bench/engine_bench, "The feature-draft step"): a drafted token of an EAGLE-3 head grown from
+// it (a 1-layer head as wide as its 6-layer target), of draft-mix-1m, and each verified token
+// beyond the first. Real targets (32+ layers) make a head's share several times smaller: pass
+// their own (`specloop train --first-draft-cost`).
 inline constexpr double kHeadDraftCost = 0.26;
 inline constexpr double kModelDraftCost = 0.01;
 inline constexpr double kVerifyCost = 0.06;
@@ -30,20 +29,14 @@ struct GateOptions {
   // Least gain in overall logged alpha (absolute). Default: 0.002.
   double min_gain = 0.002;
   // Most a domain's logged alpha may fall (absolute). Learning a new domain costs a small
-  // draft some agreement elsewhere: in the domain-shift benchmark (bench/faster_over_time),
-  // draft-prose-1m learning c and legal lost 0.03-0.04 of docs alpha, and at a tolerance of
-  // 0.01 the gate refused every such candidate (c and legal gained nothing); at 0.03 they
-  // gained +0.16-0.20 and the final prose phase stayed above the static draft. Default: 0.03.
+  // draft some agreement elsewhere; a tolerance below that cost refuses every candidate that
+  // learns the new domain (bench/faster_over_time shows the trade). Default: 0.03.
   double max_domain_regression = 0.03;
   // ... or this fraction of the overall gain, when larger: a candidate may cost a domain with
-  // little traffic as much as it gains where the traffic is. In faster_over_time (full mode)
-  // learning c cost the domains without traffic then (python, docs, prose) 0.03-0.06 of
-  // held-out alpha, and at the fixed tolerance alone ten candidates in a row that gained
-  // +0.04 to +0.19 overall were refused for one of those falls (six for python's): c kept
-  // its phase-start draft for 35 of its 40 windows and ended +0.11 over the static arm,
-  // against +0.26-0.28 in runs where it did not. At 0.5 the same wait was 16 windows, at 1
-  // 10. Each version may cost an idle domain this much, so over many versions the replay of
-  // old domains (DESIGN.md section 6), not the gate, is what keeps them. Default: 1.
+  // little traffic as much as it gains where the traffic is; at the fixed tolerance alone a
+  // new domain's gains wait behind small falls of the idle ones. Each version may cost an idle
+  // domain this much, so over many versions the replay of old domains (the trainer's floors
+  // per domain, DESIGN.md section 6), not the gate, is what keeps them. Default: 1.
   double max_regression_per_gain = 1.0;
   // A fall beyond the tolerance refuses the candidate only when it is also more than this
   // many standard errors of the paired differences (AlphaEstimate::logged_values, records as

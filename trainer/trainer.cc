@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "common/base/clock.h"
 #include "common/channel/draft_channel.h"
 #include "common/model/eagle3_config.h"
 #include "trainer/training_examples.h"
@@ -19,12 +20,6 @@ namespace specloop {
 namespace trainer {
 
 namespace {
-
-uint64_t NowMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 void Log(const std::string& line) { std::cerr << "specloop train: " << line << std::endl; }
 
@@ -236,8 +231,7 @@ Status Trainer::TrainStep(const std::vector<const Record*>& batch, double* loss_
   }
   for (const Record* r : batch) metrics_.samples->Add({{"domain", r->domain}}).Increment();
   for (const std::string& d : domains) metrics_.positions->Add({{"domain", d}}).Increment();
-  metrics_.step_seconds->Observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  metrics_.step_seconds->Observe(SecondsSince(t0));
   return Status::OK();
 }
 
@@ -275,7 +269,7 @@ Status Trainer::Evaluate(EvalResult* r) {
       }));
   live_values_ = std::move(live_values);  // records no longer held out are dropped
   candidate_values_ = std::move(candidate_values);
-  r->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r->seconds = SecondsSince(t0);
   metrics_.evaluation_seconds->Observe(r->seconds);
   r->live = live.Estimate();
   r->candidate = candidate.Estimate();
@@ -324,9 +318,7 @@ Status Trainer::EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalRe
   {
     std::lock_guard<std::mutex> lock(state_mu_);
     state_.evaluations++;
-    state_.evaluated_unix =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-            .count();
+    state_.evaluated_unix = NowMicros() / 1e6;
     state_.evaluated_step = steps_;
     state_.published = false;
     state_.reason = r->decision.reason;

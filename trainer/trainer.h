@@ -81,21 +81,20 @@ struct TrainerOptions {
   AdamWOptions adamw;
   int batch_records = 8;              // records per optimizer step. Default: 8.
   int warmup_steps = 20;              // linear learning-rate warm-up. Default: 20.
-  // Backpropagate into a record's context before its first trained position (its prompt)
-  // too. Off: the context runs forward only, its keys and values entering the step as
-  // constants. Default: off; one offline epoch over a domain-shift run's buffer took 1.5x less
-  // time for the same held-out alpha (0.5247 vs 0.5267; trainer/README.md).
+  // Backpropagate into a record's context before its first trained position too. Off: that
+  // context runs forward only, its keys and values entering the step as constants. Serving
+  // logs prompt rows from position 1, so only a record whose prompt was partly served from the
+  // prefix cache (its cached rows not logged) has such a context. Default: off.
   bool context_gradient = false;
   // EAGLE-3 heads: unrolled steps of training-time test and their loss weight decay
-  // (feature_draft_training.h). Defaults: 3 and 0.8 (trainer/README.md, "Feature drafts").
+  // (feature_draft_training.h). Defaults: 3 and 0.8.
   int unroll_steps = 3;
   double step_decay = 0.8;
   double half_life_seconds = 3600.0;  // recency half-life of online sampling. Default: 1 h.
-  // Age weighting of the domain mix (sampling and the gate's overall alpha). Default: 10 s, ~70
-  // records at the domain-shift benchmark's rate. At 300 s new domains stayed under-trained for the
-  // first third of their phase; in five full runs at 10 s python, c and legal gained +0.26-0.38 (c
-  // +0.11 in one, held by the gate) and reached 90% of their phase-end alpha at 32.5-62.5% of the
-  // phase (docs/benchmarks.md). With sparse traffic the mix follows the last few records.
+  // Age weighting of the domain mix (sampling and the gate's overall alpha): a shift in traffic
+  // moves the mix within seconds, so a new domain is trained from the start of its phase
+  // (bench/faster_over_time). With sparse traffic the mix follows the last few records.
+  // Default: 10 s, ~70 records at the domain-shift benchmark's rate.
   double traffic_half_life_seconds = 10.0;
   double min_domain_share = 0.05;     // domain weight floor (replay). Default: 0.05.
   double alpha_gap_boost = 20.0;      // domain weight boost per unit of alpha gap. Default: 20.
