@@ -354,7 +354,9 @@ void Scheduler::Admit() {
       slot.proposer = seq->proposer.get();
       seq->text = std::make_unique<TextStream>(tokenizer_, p.prompt.back(), p.stop);
       if (sample_logger_ && p.log) {
-        seq->trace = sample_logger_->Begin(p.domain, p.request_id, seq->draft_version,
+        // The record carries the domain's label (at most max_domains names and "other"), so
+        // what the trainer keeps per domain is bounded whatever domains clients send.
+        seq->trace = sample_logger_->Begin(seq->series->label, p.request_id, seq->draft_version,
                                            p.generate.sampling, p.prompt);
         // The logger's share of a step is part of what its rows cost.
         Sequence* s = seq.get();

@@ -386,7 +386,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--log-top-k", a->log_top_k, "target log-probs kept per position")
       ->capture_default_str();
-  cmd->add_option("--max-domains", a->max_domains, "domain labels kept in metrics")
+  cmd->add_option("--max-domains", a->max_domains, "distinct domains kept by name in metrics, per-domain state and logged records (later ones: \"other\")")
       ->capture_default_str();
   a->worker_id_option =
       cmd->add_option("--worker-id", a->worker_id,

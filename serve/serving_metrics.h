@@ -3,7 +3,8 @@
 //
 // Domain labels are capped: the first `max_domains` distinct domains keep their name, every
 // later one is folded into "other" (DomainLabel()), so each domain-labelled family holds at
-// most max_domains + 1 domains.
+// most max_domains + 1 domains. The scheduler keys its per-domain state by the same label and
+// logs it as the records' domain.
 //
 // Thread safety: all methods may be called from any thread. The per-domain series are looked
 // up once per request (ForDomain, one mutex) and then updated lock-free.

@@ -31,6 +31,7 @@ struct StackOptions {
   int max_batch = 0;  // 0: SchedulerOptions' default
   SpecMetricsLevel per_request_spec_metrics = SpecMetricsLevel::kNone;
   std::string buffer_dir;  // non-empty: every request logged into a replay buffer there
+  size_t max_domains = ServingMetricsOptions().max_domains;
 };
 
 class ServingStack {
@@ -57,7 +58,9 @@ class ServingStack {
       }
     }
     if (!status_.ok()) return;
-    EXPECT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &metrics_).ok());
+    ServingMetricsOptions mo;
+    mo.max_domains = o.max_domains;
+    EXPECT_TRUE(ServingMetrics::Create(mo, &metrics_).ok());
     SchedulerOptions so;
     so.k = o.k;
     so.tree_branching = o.tree_branching;
