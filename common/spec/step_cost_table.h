@@ -18,8 +18,7 @@
 //
 // A one-row forward that follows a draft forward within kColdPlainForwards target forwards is
 // not recorded: the draft has evicted part of the target's weights from the CPU's caches, so it
-// is not what plain decoding costs (on a target that fits in L3, such as target-6m, the first
-// plain steps after a speculative one run slower than later ones).
+// is not what plain decoding costs.
 //
 // Pure logic; not thread-safe (one owner: a generation, or the scheduler's thread).
 #pragma once
