@@ -10,6 +10,8 @@ namespace {
 struct V {
   typedef __m256 vec;
   static constexpr int kLanes = 8, kMaxRows = 4, kCols = 2;
+  static constexpr bool kFewRowsAskNext = false;  // see PackedTile
+  static constexpr int kTallRows = 12;
   static constexpr int kPackedRows = 6, kPackedVectors = 2;  // 12 accumulators
   static vec Broadcast(const float* p) { return _mm256_broadcast_ss(p); }
   static void Store(float* p, vec v) { _mm256_storeu_ps(p, v); }
@@ -33,16 +35,8 @@ struct V {
 };
 
 #define SPECLOOP_MAX_ROWS 4
-
-
-
-
-
-
-#define SPECLOOP_PACKED_ROWS 6
 #include "common/kernels/linear_kernels_impl.h"
 #undef SPECLOOP_MAX_ROWS
-#undef SPECLOOP_PACKED_ROWS
 
 }  // namespace
 

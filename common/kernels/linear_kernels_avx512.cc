@@ -10,6 +10,8 @@ namespace {
 struct V {
   typedef __m512 vec;
   static constexpr int kLanes = 16, kMaxRows = 6, kCols = 4;
+  static constexpr bool kFewRowsAskNext = true;  // see PackedTile
+  static constexpr int kTallRows = 16;
   static constexpr int kPackedRows = 12, kPackedVectors = 2;  // 24 accumulators
   static vec Broadcast(const float* p) { return _mm512_set1_ps(*p); }
   static void Store(float* p, vec v) { _mm512_storeu_ps(p, v); }
@@ -28,16 +30,8 @@ struct V {
 };
 
 #define SPECLOOP_MAX_ROWS 6
-
-
-
-
-
-
-#define SPECLOOP_PACKED_ROWS 12
 #include "common/kernels/linear_kernels_impl.h"
 #undef SPECLOOP_MAX_ROWS
-#undef SPECLOOP_PACKED_ROWS
 
 }  // namespace
 

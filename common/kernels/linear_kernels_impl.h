@@ -7,9 +7,9 @@
 //
 // V provides: vec, kLanes, kMaxRows, kCols, Zero(), Fma(a, b, c) = a * b + c, Sum(v),
 // LoadF32/LoadF16/LoadBF16(p) (kLanes weights as floats),
-// Broadcast(p), Store(p, v), Add(a, b), kPackedRows, kPackedVectors; the includer defines
-// SPECLOOP_MAX_ROWS = V::kMaxRows and SPECLOOP_PACKED_ROWS = V::kPackedRows for the tile
-// switches below.
+// Broadcast(p), Store(p, v), Add(a, b), kPackedRows, kPackedVectors, kTallRows,
+// kFewRowsAskNext; the includer defines SPECLOOP_MAX_ROWS = V::kMaxRows for LinearRows' tile
+// switch.
 //
 // A tile multiplies MR input rows by NR weight rows: per step of kLanes along K it loads MR
 // input vectors and NR weight vectors and does MR * NR fused multiply-adds, so each weight
@@ -127,10 +127,13 @@ void LinearAny(const float* x, long M, long K, const void* w, int type, float* o
 //
 // Each panel is one sequential stream, and the loads ask for weights ahead of use, into L2:
 // every tile asks for its own panels kNearSteps columns (2 KB of float32) ahead. A tile of one
-// or two rows computes fast enough for that to keep pace with memory. A tile of more rows
-// computes long enough between loads that near requests alone left the memory idle: it also
-// asks for the next tile's weights as it reads its own (`next`, a whole tile ahead). What a
-// forward of n rows costs against one: build/bench/engine_bench (bench/RESULTS.md).
+// or two rows of float32 computes fast enough for that to keep pace with memory. A tile of more
+// rows computes long enough between loads that near requests alone left the memory idle: it
+// also asks for the next tile's weights as it reads its own (`next`, a whole tile ahead). So
+// does every tile of 16-bit weights where V::kFewRowsAskNext (AVX-512): a 16-bit column holds
+// half the bytes, and near requests alone left the memory idle at one and two rows too (the
+// same requests made float32's one-row tile slower, and AVX2's 16-bit one). What a forward of
+// n rows costs against one: build/bench/engine_bench (bench/RESULTS.md).
 constexpr long kNearSteps = 32;
 
 template <class W, int MR, int NV>
@@ -153,7 +156,9 @@ inline void PackedTile(const float* x, long K, const typename W::T* panel, long 
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       __builtin_prefetch(p[v] + (k + kNearSteps) * 16, 0, 1);
-      if (MR > 2 && next != 0) __builtin_prefetch(p[v] + next + k * 16, 0, 1);
+      if ((MR > 2 || (sizeof(typename W::T) == 2 && V::kFewRowsAskNext)) && next != 0) {
+        __builtin_prefetch(p[v] + next + k * 16, 0, 1);
+      }
       wv[v] = W::Load(p[v] + k * 16);
     }
 #pragma GCC unroll 16
@@ -178,18 +183,21 @@ inline void PackedTile(const float* x, long K, const typename W::T* panel, long 
   }
 }
 
-template <class W, int NV>
+template <class W, int NV, int kMaxRows>
 inline void PackedColumns(const float* x, long M, long K, const typename W::T* panel,
                           float* out, long ldo, long valid, bool add, long next) {
-  const long chunks = (M + V::kPackedRows - 1) / V::kPackedRows;
+  const long chunks = (M + kMaxRows - 1) / kMaxRows;
   long m = 0;
   for (long c = 0; c < chunks; ++c) {
     const long rows = (M - m) / (chunks - c);
     const float* xm = x + m * K;
     float* om = out + m * ldo;
     switch (rows) {
-#define SPECLOOP_TILE_CASE(R) \
-  case R: PackedTile<W, R, NV>(xm, K, panel, K * 16, om, ldo, valid, add, c ? 0 : next); \
+#define SPECLOOP_TILE_CASE(R)                                                              \
+  case R:                                                                                  \
+    if constexpr (R <= kMaxRows) {                                                         \
+      PackedTile<W, R, NV>(xm, K, panel, K * 16, om, ldo, valid, add, c ? 0 : next);       \
+    }                                                                                      \
     break;
       SPECLOOP_TILE_CASE(1)
       SPECLOOP_TILE_CASE(2)
@@ -197,33 +205,54 @@ inline void PackedColumns(const float* x, long M, long K, const typename W::T* p
       SPECLOOP_TILE_CASE(4)
       SPECLOOP_TILE_CASE(5)
       SPECLOOP_TILE_CASE(6)
-#if SPECLOOP_PACKED_ROWS > 6
       SPECLOOP_TILE_CASE(7)
       SPECLOOP_TILE_CASE(8)
       SPECLOOP_TILE_CASE(9)
       SPECLOOP_TILE_CASE(10)
       SPECLOOP_TILE_CASE(11)
       SPECLOOP_TILE_CASE(12)
-#endif
+      SPECLOOP_TILE_CASE(13)
+      SPECLOOP_TILE_CASE(14)
+      SPECLOOP_TILE_CASE(15)
+      SPECLOOP_TILE_CASE(16)
 #undef SPECLOOP_TILE_CASE
     }
     m += rows;
   }
 }
 
+// Up to kPackedRows rows: tiles of kPackedVectors vectors of outputs, each weight vector loaded
+// (and converted, for 16-bit weights) once and used for every row. 16-bit weights and more rows,
+// up to kTallRows (a verification of up to 16 positions on AVX-512, 12 on AVX2): tiles of one
+// vector of outputs and every row at once, so each weight is still converted once per call,
+// where chunks of kPackedRows rows would convert it once per chunk (float32 keeps the chunks:
+// reading its weights again from L2 costs less than the tall tile's extra broadcasts). More rows
+// (a prompt): chunks of at most kPackedRows rows. The tile shape changes how many rows share a
+// loaded weight, never an output's multiply-add chain.
 template <class W>
 void Packed(const float* x, long M, long K, long O, const void* weights, float* out, long ldo,
             long panel_begin, long panel_end, bool add) {
   const typename W::T* w = static_cast<const typename W::T*>(weights);
-  constexpr long kTile = V::kPackedVectors * V::kLanes;  // outputs per tile: 16 or 32
   long o = panel_begin * 16;
   const long end = panel_end * 16;
+  if (sizeof(typename W::T) == 2 && M > V::kPackedRows && M <= V::kTallRows) {
+    for (; o < end; o += V::kLanes) {
+      const typename W::T* tile = w + o / 16 * 16 * K + o % 16;
+      const typename W::T* following = w + (o + V::kLanes) / 16 * 16 * K + (o + V::kLanes) % 16;
+      const long next = o + V::kLanes < end ? following - tile : 0;
+      PackedColumns<W, 1, V::kTallRows>(x, M, K, tile, out + o, ldo, O - o, add, next);
+    }
+    return;
+  }
+  constexpr long kTile = V::kPackedVectors * V::kLanes;  // outputs per tile: 16 or 32
   for (; o + kTile <= end; o += kTile) {
     const long next = o + kTile < end ? kTile * K : 0;  // the next tile, elements ahead
-    PackedColumns<W, V::kPackedVectors>(x, M, K, w + o * K, out + o, ldo, O - o, add, next);
+    PackedColumns<W, V::kPackedVectors, V::kPackedRows>(x, M, K, w + o * K, out + o, ldo, O - o,
+                                                       add, next);
   }
   if (o < end) {  // one panel of 16 left where a tile holds two
-    PackedColumns<W, 16 / V::kLanes>(x, M, K, w + o * K, out + o, ldo, O - o, add, 0);
+    PackedColumns<W, 16 / V::kLanes, V::kPackedRows>(x, M, K, w + o * K, out + o, ldo, O - o,
+                                                     add, 0);
   }
 }
 

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -203,6 +205,45 @@ TEST(LinearPacked, SameBitsWhateverTheBlockAndTheInstructionSet) {
       }
     }
   }
+}
+
+// Issue 48: every vector variant this CPU runs gives the portable variant's bits (one fused
+// multiply-add chain per output, k in order: the float16 mode's arithmetic before the tall
+// tiles) for every block of 1..16 rows, whichever tile shape serves it (one chunk of
+// kPackedRows, several, or one tall tile that converts each 16-bit weight once for all the
+// rows), with a partial last panel, K not a multiple of any vector width, and accumulation.
+TEST(LinearPacked, EveryVariantGivesThePortableBitsForOneToSixteenRows) {
+  const int64_t O = 50;  // 3 full panels and a partial one: a two-panel tile and a lone panel
+  for (WeightType t : {WeightType::kFloat32, WeightType::kFloat16, WeightType::kBFloat16}) {
+    for (int64_t K : {7, 37, 300, 771}) {
+      Weights w = MakeWeights(t, O * K, static_cast<uint32_t>(K * 3 + 1));
+      PackedMatrix packed(w.data(t), t, O, K);
+      for (int64_t M = 1; M <= 16; ++M) {
+        std::mt19937 gen(static_cast<uint32_t>(M * 131 + K));
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> x(M * K), start(M * O);
+        for (float& v : x) v = normal(gen);
+        for (float& v : start) v = normal(gen);
+        for (bool accumulate : {false, true}) {
+          std::vector<float> want = start;
+          LinearPackedIsa(Isa::kGeneric, x.data(), M, packed, want.data(), O, 0, packed.panels(),
+                          accumulate);
+          for (Isa isa : SupportedIsas()) {
+            std::vector<float> got = start;
+            LinearPackedIsa(isa, x.data(), M, packed, got.data(), O, 0, packed.panels(),
+                            accumulate);
+            ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+                << IsaName(isa) << " " << TypeName(t) << " K=" << K << " M=" << M
+                << " accumulate=" << accumulate;
+          }
+        }
+      }
+    }
+  }
+  std::string isas;
+  for (Isa isa : SupportedIsas()) isas += std::string(" ") + IsaName(isa);
+  RecordProperty("isas", isas);
+  std::cout << "variants compared:" << isas << "\n";
 }
 
 TEST(LinearPacked, AccumulateAddsAndPaddingIsNeverWritten) {
