@@ -79,6 +79,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/streamed_completion.h"
 #include "common/tokenizer/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "tests/e2e/e2e_util.h"
@@ -199,54 +200,27 @@ void BuildPrompts(const Options& o, std::vector<Prompt>* trace, std::vector<Prom
 // One streamed completion to `port`.
 Result Send(httplib::Client* cli, const Prompt& prompt, int index, double temperature,
             const Options& o, double t0) {
-  Result out;
-  out.start_s = Now() - t0;
-  const std::string body =
+  const bench::StreamedCompletion c = bench::PostStreamedCompletion(
+      cli,
       json{{"prompt", prompt.text}, {"max_tokens", o.max_tokens}, {"temperature", temperature},
-           {"seed", index},         {"domain", "python"},        {"stream", true}}
-          .dump();
-  json last;
-  bool malformed = false;
-  httplib::Response res;
-  httplib::Error error = httplib::Error::Success;
-  const bool sent = e2e::PostStreaming(
-      cli, "/v1/completions", body,
-      [&](const std::string& data) {
-        if (data == "[DONE]") return;
-        json j = json::parse(data, nullptr, false);
-        if (j.is_discarded()) {
-          malformed = true;
-          return;
-        }
-        if (out.first_token_s == 0 && j.contains("choices") &&
-            !j["choices"][0]["text"].get<std::string>().empty()) {
-          out.first_token_s = Now() - t0;
-        }
-        last = std::move(j);
-      },
-      &res, &error);
-  out.end_s = Now() - t0;
-  if (!sent) {
-    out.error = "transport: " + httplib::to_string(error);
+           {"seed", index},         {"domain", "python"}},
+      t0);
+  Result out;
+  out.start_s = c.start_s;
+  out.first_token_s = c.first_token_s;
+  out.end_s = c.end_s;
+  if (!c.ok()) {
+    out.error = c.error;
     return out;
   }
-  if (res.status != 200) {
-    out.error = "HTTP " + std::to_string(res.status);
-    return out;
-  }
-  if (malformed || !last.contains("speculative") || !last.contains("usage")) {
-    out.error = "malformed stream, last event: " + last.dump().substr(0, 200);
-    return out;
-  }
-  const json& s = last["speculative"];
-  out.tokens = last["usage"]["completion_tokens"].get<int>();
+  const json& s = c.last["speculative"];
+  out.tokens = c.last["usage"]["completion_tokens"].get<int>();
   out.drafted = s["drafted"].get<int>();
   out.accepted = s["accepted"].get<int>();
   out.drafts = s["drafts"].get<int>();
   out.steps = s["steps"].get<int>();
   out.suffix_steps = s["suffix"]["steps"].get<int>();
   out.version = s["draft_version"].get<uint64_t>();
-  if (out.first_token_s == 0) out.first_token_s = out.end_s;
   out.ok = true;
   return out;
 }

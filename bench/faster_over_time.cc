@@ -93,6 +93,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/streamed_completion.h"
 #include "common/tokenizer/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "tests/e2e/e2e_util.h"
@@ -326,47 +327,22 @@ double Now() {
 // One streamed completion: the time of the first text chunk (the first token) and of the end,
 // and the last chunk's usage and speculative counts.
 Result Send(httplib::Client* cli, const TraceRequest& r, const Options& o, double t0_s) {
+  const bench::StreamedCompletion c = bench::PostStreamedCompletion(
+      cli,
+      json{{"prompt", r.prompt},           {"max_tokens", o.max_tokens},
+           {"temperature", r.temperature}, {"seed", r.index},
+           {"domain", r.domain}},
+      t0_s);
   Result out;
-  out.start_s = Now() - t0_s;
-  const std::string body = json{{"prompt", r.prompt},           {"max_tokens", o.max_tokens},
-                                {"temperature", r.temperature}, {"seed", r.index},
-                                {"domain", r.domain},           {"stream", true}}
-                               .dump();
-  json last;  // the last data event
-  bool malformed = false;
-  httplib::Response res;
-  httplib::Error error = httplib::Error::Success;
-  const bool sent = e2e::PostStreaming(
-      cli, "/v1/completions", body,
-      [&](const std::string& data) {
-        if (data == "[DONE]") return;
-        json j = json::parse(data, nullptr, false);
-        if (j.is_discarded()) {
-          malformed = true;
-          return;
-        }
-        if (out.first_token_s == 0 && j.contains("choices") &&
-            !j["choices"][0]["text"].get<std::string>().empty()) {
-          out.first_token_s = Now() - t0_s;
-        }
-        last = std::move(j);
-      },
-      &res, &error);
-  out.end_s = Now() - t0_s;
-  if (!sent) {
-    out.error = "transport: " + httplib::to_string(error);
+  out.start_s = c.start_s;
+  out.first_token_s = c.first_token_s;
+  out.end_s = c.end_s;
+  if (!c.ok()) {
+    out.error = c.error;
     return out;
   }
-  if (res.status != 200) {
-    out.error = "HTTP " + std::to_string(res.status);
-    return out;
-  }
-  if (malformed || !last.contains("speculative") || !last.contains("usage")) {
-    out.error = "malformed stream, last event: " + last.dump().substr(0, 200);
-    return out;
-  }
-  const json& s = last["speculative"];
-  out.tokens = last["usage"]["completion_tokens"].get<int>();
+  const json& s = c.last["speculative"];
+  out.tokens = c.last["usage"]["completion_tokens"].get<int>();
   out.drafted = s["drafted"].get<int>();
   out.accepted = s["accepted"].get<int>();
   out.tested = s["tested"].get<int>();
@@ -377,7 +353,6 @@ Result Send(httplib::Client* cli, const TraceRequest& r, const Options& o, doubl
   out.suffix_accepted = s["suffix"]["accepted"].get<int>();
   out.suffix_tested = s["suffix"]["tested"].get<int>();
   out.version = s["draft_version"].get<uint64_t>();
-  if (out.first_token_s == 0) out.first_token_s = out.end_s;  // no text (e.g. EOS at once)
   out.ok = true;
   return out;
 }
