@@ -7,26 +7,41 @@
 namespace specloop {
 namespace trainer {
 
-Status DomainReserve::Add(const std::string& key, const Record& record) {
-  if (per_domain_ == 0 || where_.count(key)) return Status::OK();
-  std::vector<Entry>& held = domains_[record.domain];
-  if (held.size() >= per_domain_ && record.time_us <= held.front().time_us) {
-    return Status::OK();  // older than every record held
-  }
-  Entry e{record.time_us, key, std::string()};
-  SPECLOOP_RETURN_IF_ERROR(EncodeRecord(record, &e.encoded));
-  bytes_ += e.encoded.size();
-  where_[key] = record.domain;
+bool DomainReserve::Wants(const std::string& key, const std::string& domain,
+                          uint64_t time_us) const {
+  if (per_domain_ == 0 || where_.count(key)) return false;
+  const auto d = domains_.find(domain);
+  // Not when older than every record held of a full domain.
+  return d == domains_.end() || d->second.size() < per_domain_ ||
+         time_us > d->second.front().time_us;
+}
+
+void DomainReserve::Insert(const std::string& key, const std::string& domain, uint64_t time_us,
+                           std::string encoded) {
+  std::vector<Entry>& held = domains_[domain];
+  bytes_ += encoded.size();
+  where_[key] = domain;
   const auto at = std::upper_bound(
-      held.begin(), held.end(), e.time_us,
-      [](uint64_t t, const Entry& x) { return t < x.time_us; });
-  held.insert(at, std::move(e));
+      held.begin(), held.end(), time_us, [](uint64_t t, const Entry& x) { return t < x.time_us; });
+  held.insert(at, Entry{time_us, key, std::move(encoded)});
   if (held.size() > per_domain_) {
     bytes_ -= held.front().encoded.size();
     where_.erase(held.front().key);
     held.erase(held.begin());
   }
+}
+
+Status DomainReserve::Add(const std::string& key, const Record& record) {
+  if (!Wants(key, record.domain, record.time_us)) return Status::OK();
+  std::string encoded;
+  SPECLOOP_RETURN_IF_ERROR(EncodeRecord(record, &encoded));
+  Insert(key, record.domain, record.time_us, std::move(encoded));
   return Status::OK();
+}
+
+void DomainReserve::AddEncoded(const std::string& key, const std::string& domain,
+                               uint64_t time_us, std::string_view encoded) {
+  if (Wants(key, domain, time_us)) Insert(key, domain, time_us, std::string(encoded));
 }
 
 Status DomainReserve::Get(const std::string& key, Record* record) const {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "buffer/record.h"
@@ -33,6 +34,10 @@ class DomainReserve {
   // per_domain of its domain, dropping that domain's oldest beyond the bound. A key already
   // held is left as it is. Error only when the record cannot be encoded.
   Status Add(const std::string& key, const Record& record);
+  // Add() of a record as stored (buffer/record_codec.h), kept as these bytes without
+  // re-encoding. REQUIRES: `encoded` decodes to a record of `domain` written at `time_us`.
+  void AddEncoded(const std::string& key, const std::string& domain, uint64_t time_us,
+                  std::string_view encoded);
   bool Contains(const std::string& key) const { return where_.count(key) > 0; }
   // The record held under `key`; NotFound when none is.
   Status Get(const std::string& key, Record* record) const;
@@ -48,6 +53,11 @@ class DomainReserve {
     uint64_t time_us;
     std::string key, encoded;
   };
+  // Whether a record of `domain` at `time_us` under a new `key` would be kept.
+  bool Wants(const std::string& key, const std::string& domain, uint64_t time_us) const;
+  void Insert(const std::string& key, const std::string& domain, uint64_t time_us,
+              std::string encoded);
+
   const size_t per_domain_;
   std::map<std::string, std::vector<Entry>> domains_;  // each sorted by time_us, oldest first
   std::map<std::string, std::string> where_;           // key -> domain

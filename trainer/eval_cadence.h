@@ -9,7 +9,8 @@
 //     between the mix now and at the last evaluation reaches `shift`), the next evaluation
 //     comes after `min_steps`: that is when a draft still learning gains;
 //   - each refusal doubles the interval, up to `max_steps`: a draft that stopped gaining is
-//     checked less and less often (a refusal for want of held-out data changes nothing);
+//     checked less and less often (a refusal for want of held-out data changes nothing, nor
+//     does one for a domain below its best, which the trainer is replaying more meanwhile);
 //   - whatever the interval, evaluation takes at most `max_share` of the trainer's time: an
 //     evaluation waits until training has run (1 - max_share) / max_share times as long as the
 //     last evaluation took.
@@ -43,7 +44,9 @@ class EvalCadence {
   // One training step that took `seconds`; `traffic` is the recent domain mix (any positive
   // scale). Returns whether to evaluate now.
   bool AfterStep(double seconds, const std::map<std::string, double>& traffic);
-  enum class Outcome { kPublished, kRefused, kNoData };
+  // kBelowBest: refused for domains below their best (publish_gate.h), which training now
+  // replays more: not a draft that stopped gaining, so the interval stays.
+  enum class Outcome { kPublished, kRefused, kNoData, kBelowBest };
   // The evaluation ran for `seconds` with this outcome.
   void Evaluated(double seconds, Outcome outcome);
 

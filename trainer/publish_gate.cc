@@ -77,7 +77,8 @@ bool TrafficWeighted(const AlphaEstimate& e, const std::map<std::string, double>
 
 GateDecision DecideGate(const GateOptions& o, const AlphaEstimate& live,
                         const AlphaEstimate& candidate,
-                        const std::map<std::string, double>& traffic) {
+                        const std::map<std::string, double>& traffic,
+                        const AlphaEstimate* best) {
   GateDecision d;
   char buf[256];
   double before = 0, after = 0;
@@ -110,6 +111,27 @@ GateDecision DecideGate(const GateOptions& o, const AlphaEstimate& live,
                     noise);
       d.detail += buf;
       d.reason = "domain_regression";
+      return d;
+    }
+  }
+  if (best != nullptr) {
+    for (const auto& [domain, c] : candidate.domains) {
+      auto it = best->domains.find(domain);
+      if (it == best->domains.end() || c.positions < o.min_domain_positions) continue;
+      const double fall = it->second.logged - c.logged;
+      const double noise = o.regression_z * PairedStandardError(*best, candidate, domain);
+      if (fall > o.max_fall_below_best && fall > noise) {
+        std::snprintf(buf, sizeof(buf),
+                      "; domain %s %.4f, its best %.4f (allowance %.4f, %.1f standard errors "
+                      "%.4f)",
+                      domain.c_str(), c.logged, it->second.logged, o.max_fall_below_best,
+                      o.regression_z, noise);
+        d.detail += buf;
+        d.below_best.push_back(domain);
+      }
+    }
+    if (!d.below_best.empty()) {
+      d.reason = "below_best";
       return d;
     }
   }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "trainer/alpha_estimate.h"
 
@@ -44,6 +45,13 @@ struct GateOptions {
   // noise. Without paired values the tolerance alone decides. Default: 2 (one-sided, ~2.3%
   // of noise refused).
   double regression_z = 2.0;
+  // Most a domain's logged alpha may lie below the best a served draft reached on the same
+  // held-out records (DecideGate's `best`), whatever the gain elsewhere, beyond regression_z
+  // standard errors as above: the tolerance against the live draft judges one version against
+  // the last (falls within it add up over versions) and a new domain's gain widens it, so an
+  // idle domain was lost a few hundredths at a time. Refused: reason "below_best", the domains
+  // in GateDecision::below_best (the trainer then replays them more). Default: 0.02.
+  double max_fall_below_best = 0.02;
   // Domains evaluated on fewer positions are not judged on their own (too noisy), though they
   // count in the overall mean. Default: 50.
   int64_t min_domain_positions = 50;
@@ -67,9 +75,12 @@ struct GateOptions {
 
 struct GateDecision {
   bool publish = false;
-  // "ok", or why not: "no_data", "no_gain", "domain_regression" (DecideGate),
+  // "ok", or why not: "no_data", "no_gain", "domain_regression", "below_best" (DecideGate),
   // "slower_than_plain" (DecideFirstDraft). Also the metric label.
   std::string reason;
+  // Reason "below_best": every domain the candidate holds below its best beyond the
+  // allowance (max_fall_below_best, beyond its noise), in name order. Empty otherwise.
+  std::vector<std::string> below_best;
   // One line for the log: the numbers behind the decision.
   std::string detail;
 };
@@ -81,9 +92,15 @@ struct GateDecision {
 // at most a fixed number of records per domain, gathered since the trainer opened, so its
 // positions under-represent a domain traffic has just moved to: weighted by position, a
 // candidate that learnt the new domain was refused as "no_gain" (faster_over_time).
+// `best` (may be null: no such rule): per domain, the values on the same positions of the
+// best draft served there so far (paired with `candidate`'s: same logged_values order and
+// record_ends). A domain the candidate holds more than max_fall_below_best below it (and
+// beyond regression_z standard errors) refuses it, reason "below_best", checked after
+// "domain_regression" and before "no_gain".
 GateDecision DecideGate(const GateOptions& options, const AlphaEstimate& live,
                         const AlphaEstimate& candidate,
-                        const std::map<std::string, double>& traffic = {});
+                        const std::map<std::string, double>& traffic = {},
+                        const AlphaEstimate* best = nullptr);
 
 // Expected tokens per target step over the cost of the step, relative to plain decoding (one
 // token per target step): with per-position acceptance alpha, a block of k drafts yields

@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "buffer/record_codec.h"
 #include "common/base/clock.h"
 #include "common/channel/draft_channel.h"
 #include "common/model/eagle3_config.h"
@@ -153,24 +154,30 @@ Status Trainer::ScanNew(std::vector<Record>* train) {
       recent_traffic_us_ == 0 ? 1.0 : std::exp2(-(now_us - recent_traffic_us_) / half_life_us);
   for (auto& [d, n] : recent_traffic_) n *= decay;
   recent_traffic_us_ = static_cast<uint64_t>(now_us);
-  Status kept = Status::OK();
-  Status s = reader_->ScanKeyed(so, [&](size_t dir, std::string_view key, const Record& r) {
+  // The stored bytes are decoded once here and kept as they are in the reserves.
+  Record r;
+  Status s = reader_->ScanEncoded(so, [&](size_t dir, std::string_view key,
+                                          std::string_view data) {
+    if (!DecodeRecord(data, &r).ok()) {
+      Record damaged;
+      (void)reader_->Read(dir, key, &damaged);  // counts it in records_skipped()
+      return true;
+    }
     newest = std::max(newest, r.time_us + 1);
     recent_traffic_[r.domain] +=
         std::exp2(-std::max(0.0, now_us - static_cast<double>(r.time_us)) / half_life_us);
     const std::string reserve_key = std::to_string(dir) + "/" + std::string(key);
     if (IsHeldOut(r, options_.heldout_fraction)) {
       heldout_.push_back(HeldOutRef{r.time_us, dir, std::string(key), r.domain});
-      kept = heldout_reserve_->Add(reserve_key, r);
+      heldout_reserve_->AddEncoded(reserve_key, r.domain, r.time_us, data);
     } else {
       ++training_records_;
-      kept = train_reserve_->Add(reserve_key, r);
+      train_reserve_->AddEncoded(reserve_key, r.domain, r.time_us, data);
       if (train) train->push_back(r);
     }
-    return kept.ok();
+    return true;
   });
   SPECLOOP_RETURN_IF_ERROR(s);
-  SPECLOOP_RETURN_IF_ERROR(kept.Annotate("keeping a domain's floor"));
   last_scan_us_ = newest;
   if (heldout_.size() != before) {
     // Keep the newest max_heldout_per_domain records of each domain.
@@ -240,7 +247,7 @@ Status Trainer::Evaluate(EvalResult* r) {
   // The held-out set is read in parts of one forward each: what evaluation keeps resident
   // does not grow with the set.
   const auto t0 = std::chrono::steady_clock::now();
-  AlphaAccumulator live, candidate;
+  AlphaAccumulator live, candidate, best;
   std::map<std::string, RecordAlpha> live_values, candidate_values;
   const int batch = options_.eval_batch_records;
   SPECLOOP_RETURN_IF_ERROR(ForEachHeldOutPart(
@@ -262,6 +269,7 @@ Status Trainer::Evaluate(EvalResult* r) {
           RecordAlpha& l = live_values[keys[i]];
           l = kept != live_values_.end() ? kept->second : std::move(fresh_values[next_fresh++]);
           live.Add(l);
+          best.Add(BestValues(keys[i], l));
           candidate.Add(values[i]);
           candidate_values[keys[i]] = std::move(values[i]);
         }
@@ -272,6 +280,7 @@ Status Trainer::Evaluate(EvalResult* r) {
   r->seconds = SecondsSince(t0);
   metrics_.evaluation_seconds->Observe(r->seconds);
   r->live = live.Estimate();
+  r->best = best.Estimate();
   r->candidate = candidate.Estimate();
   // While nothing is served (no checkpoint and an unserved initial draft) the candidate is
   // judged against plain decoding: there is no live draft to beat.
@@ -283,7 +292,7 @@ Status Trainer::Evaluate(EvalResult* r) {
     }
     r->decision = DecideFirstDraft(first, r->candidate, recent_traffic_);
   } else {
-    r->decision = DecideGate(options_.gate, r->live, r->candidate, recent_traffic_);
+    r->decision = DecideGate(options_.gate, r->live, r->candidate, recent_traffic_, &r->best);
   }
   metrics_.evaluations->Increment();
   auto set = [&](const AlphaEstimate& e, const char* model) {
@@ -296,8 +305,40 @@ Status Trainer::Evaluate(EvalResult* r) {
   set(r->candidate, "candidate");
   live_alpha_ = r->live.LoggedByDomain();
   candidate_alpha_ = r->candidate.LoggedByDomain();
-  for (const auto& [d, a] : live_alpha_) best_alpha_[d] = std::max(best_alpha_[d], a);
   return Status::OK();
+}
+
+const RecordAlpha& Trainer::BestValues(const std::string& key, const RecordAlpha& live) const {
+  const auto b = best_values_.find(key);
+  return b != best_values_.end() && b->second.logged.size() == live.logged.size() ? b->second
+                                                                                  : live;
+}
+
+void Trainer::UpdateBest() {
+  // Nothing served yet (plain decoding): no draft's values to keep.
+  if (!options_.initial_draft_served && live_version_ == 0) return;
+  // Per domain, the live draft's sum against the best's over the same positions.
+  std::map<std::string, std::pair<double, double>> sums;  // domain -> (live, best)
+  std::map<std::string, int64_t> positions;
+  for (const auto& [key, live] : live_values_) {
+    const RecordAlpha& best = BestValues(key, live);
+    auto& [l, b] = sums[live.domain];
+    for (size_t i = 0; i < live.logged.size(); ++i) {
+      l += live.logged[i];
+      b += best.logged[i];
+    }
+    positions[live.domain] += static_cast<int64_t>(live.logged.size());
+  }
+  std::map<std::string, RecordAlpha> next;
+  for (const auto& [key, live] : live_values_) {
+    const auto& [l, b] = sums[live.domain];
+    next[key] = l >= b ? live : BestValues(key, live);
+  }
+  best_values_ = std::move(next);  // records no longer held out are dropped
+  best_alpha_.clear();
+  for (const auto& [d, lb] : sums) {
+    if (positions[d] > 0) best_alpha_[d] = std::max(lb.first, lb.second) / positions[d];
+  }
 }
 
 namespace {
@@ -331,6 +372,7 @@ Status Trainer::EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalRe
     metrics_.rejected->Add({{"reason", r->decision.reason}}).Increment();
     Log("candidate not published (" + r->decision.reason + "): " + r->decision.detail +
         EvaluationTime(*r));
+    UpdateBest();
     return Status::OK();
   }
   CheckpointMeta m;
@@ -355,6 +397,8 @@ Status Trainer::EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalRe
   live_version_ = m.version;
   live_values_ = std::move(candidate_values_);  // the published weights, saved and reloaded
   candidate_values_.clear();
+  live_alpha_ = candidate_alpha_;
+  UpdateBest();
   metrics_.published->Increment();
   metrics_.draft_version->Set(static_cast<double>(m.version));
   {
@@ -372,13 +416,17 @@ Status Trainer::EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalRe
 std::map<std::string, double> Trainer::AlphaGaps() const {
   std::map<std::string, double> gaps;
   for (const auto& [d, live] : live_alpha_) {
-    // How far the live draft fell from its best on d, or the candidate below the live draft
-    // (what would make the gate refuse it for d), whichever is larger.
+    // How far the live draft or the candidate lies below the best draft served on d (what
+    // makes the gate refuse a candidate for d: "below_best"), or the candidate below the live
+    // draft, whichever is largest.
     double gap = 0;
     auto best = best_alpha_.find(d);
     auto candidate = candidate_alpha_.find(d);
     if (best != best_alpha_.end()) gap = std::max(gap, best->second - live);
-    if (candidate != candidate_alpha_.end()) gap = std::max(gap, live - candidate->second);
+    if (candidate != candidate_alpha_.end()) {
+      gap = std::max(gap, live - candidate->second);
+      if (best != best_alpha_.end()) gap = std::max(gap, best->second - candidate->second);
+    }
     gaps[d] = gap;
   }
   return gaps;
@@ -515,7 +563,8 @@ Status Trainer::RunOnline(const std::atomic<bool>& stop, DraftPublisher* publish
       cadence.Evaluated(r.seconds, !es.ok()                      ? Outcome::kRefused
                                    : r.decision.publish           ? Outcome::kPublished
                                    : r.decision.reason == "no_data" ? Outcome::kNoData
-                                                                    : Outcome::kRefused);
+                                   : r.decision.reason == "below_best" ? Outcome::kBelowBest
+                                                                       : Outcome::kRefused);
     }
   }
   return Status::OK();

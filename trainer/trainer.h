@@ -22,8 +22,10 @@
 //   max(recent traffic share, min_domain_share) * (1 + alpha_gap_boost * gap)
 // (recent traffic = records in the buffers, each weighted 2^(-age / traffic_half_life), so
 // the mix follows a shift in traffic within seconds; the gap, from the last evaluation, is
-// the larger of the live draft's fall from its best alpha on the domain and the candidate's
-// deficit below the live draft there, so a domain being forgotten is trained more), then a
+// the largest of the live draft's and the candidate's falls below the best draft served on
+// the domain (EvalResult::best) and the candidate's deficit below the live draft there, so a
+// domain being forgotten, or one the gate refused a candidate for ("below_best"), is trained
+// more until a candidate holds it again), then a
 // record of it with recency half-life half_life_seconds, so older data and quieter domains
 // keep being replayed. The newest training and held-out records of each domain are also kept
 // in memory (domain_reserve.h), so that a domain's floor in replay and in the held-out set
@@ -135,6 +137,11 @@ struct TrainerOptions {
 
 struct EvalResult {
   AlphaEstimate live, candidate;
+  // Per domain, the best draft served there so far on the same records (what the gate's
+  // "below_best" rule compares the candidate with): each record's values are those of the
+  // served draft with the highest alpha on its domain over an evaluation's records since the
+  // record joined the set (the live draft's for a record new to the set).
+  AlphaEstimate best;
   GateDecision decision;
   uint64_t version = 0;  // the checkpoint written, when the candidate was published
   double seconds = 0;    // how long the evaluation took
@@ -236,8 +243,9 @@ class Trainer {
       const std::function<Status(const std::vector<Record>& part,
                                  const std::vector<std::string>& keys)>& visit);
   std::map<std::string, double> DomainWeights() const;
-  // Per domain evaluated: the larger of the live draft's fall from its best alpha and the
-  // candidate's deficit below the live draft, at the last evaluation (0 when neither).
+  // Per domain evaluated: the largest of the live draft's and the candidate's falls below
+  // best_alpha_ and the candidate's deficit below the live draft, at the last evaluation (0
+  // when none).
   std::map<std::string, double> AlphaGaps() const;
 
   TrainerOptions options_;
@@ -265,6 +273,13 @@ class Trainer {
   // and held-out records of each domain.
   std::unique_ptr<DomainReserve> train_reserve_, heldout_reserve_;
   std::map<std::string, double> live_alpha_, best_alpha_, candidate_alpha_;
+  // Per held-out record (by key), the values of the best draft served on its domain (see
+  // EvalResult::best), and best_alpha_ their mean per domain; updated after each evaluation's
+  // decision by UpdateBest(): a domain whose live alpha (over its records now) reaches the
+  // best's takes the live draft's values, else records new to the set take the live draft's.
+  std::map<std::string, RecordAlpha> best_values_;
+  const RecordAlpha& BestValues(const std::string& key, const RecordAlpha& live) const;
+  void UpdateBest();
   // Per held-out record (by ForEachHeldOutPart's key), the live draft's values at the last
   // evaluation, and the candidate's: the live draft only changes when a candidate is
   // published, which then brings its values along. So an evaluation runs the live draft on

@@ -5,6 +5,8 @@
 
 #include <map>
 
+#include "buffer/record_codec.h"
+
 namespace specloop {
 namespace trainer {
 namespace {
@@ -74,6 +76,30 @@ TEST(DomainReserve, ZeroHoldsNothingAndAKeyIsHeldOnce) {
   Record r;
   ASSERT_TRUE(one.Get("a", &r).ok());
   EXPECT_EQ(r.time_us, 1u);
+}
+
+TEST(DomainReserve, KeepsStoredBytesAsTheyAreUnderTheSameBound) {
+  // AddEncoded keeps the bytes it is given (no re-encoding): Get decodes them, and the
+  // newest-per-domain bound and the one-key rule are Add()'s.
+  DomainReserve reserve(2);
+  std::map<uint64_t, std::string> stored;
+  for (uint64_t t : {3, 1, 5}) {
+    ASSERT_TRUE(EncodeRecord(Make("docs", t), &stored[t]).ok());
+    reserve.AddEncoded(Key(Make("docs", t)), "docs", t, stored[t]);
+  }
+  EXPECT_EQ(reserve.size("docs"), 2u);
+  EXPECT_FALSE(reserve.Contains(Key(Make("docs", 1))));
+  EXPECT_EQ(reserve.bytes(), stored[3].size() + stored[5].size());
+  Record r;
+  ASSERT_TRUE(reserve.Get(Key(Make("docs", 5)), &r).ok());
+  EXPECT_EQ(r.tokens, Make("docs", 5).tokens);
+  EXPECT_EQ(r.request_id, Make("docs", 5).request_id);
+  // An older record than both held is not kept; a held key is left as it is.
+  reserve.AddEncoded("older", "docs", 2, stored[1]);
+  EXPECT_FALSE(reserve.Contains("older"));
+  reserve.AddEncoded(Key(Make("docs", 5)), "docs", 9, stored[3]);
+  ASSERT_TRUE(reserve.Get(Key(Make("docs", 5)), &r).ok());
+  EXPECT_EQ(r.time_us, 5u);
 }
 
 }  // namespace

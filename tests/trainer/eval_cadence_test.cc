@@ -42,6 +42,21 @@ TEST(EvalCadence, DoublesAfterRefusalsAndResetsAfterAPublish) {
   EXPECT_EQ(StepsUntilEvaluation(&c, 1.0), 25);
 }
 
+TEST(EvalCadence, ARefusalBelowBestKeepsTheInterval) {
+  // The trainer replays the fallen domain more after such a refusal: the candidate is being
+  // trained back, not stalled, so it is judged again as soon as before.
+  EvalCadence c;
+  EXPECT_EQ(StepsUntilEvaluation(&c, 1.0), 25);
+  c.Evaluated(1.0, Outcome::kBelowBest);
+  EXPECT_EQ(StepsUntilEvaluation(&c, 1.0), 25);
+  c.Evaluated(1.0, Outcome::kRefused);
+  EXPECT_EQ(StepsUntilEvaluation(&c, 1.0), 50);
+  c.Evaluated(1.0, Outcome::kBelowBest);
+  EXPECT_EQ(StepsUntilEvaluation(&c, 1.0), 50);
+  c.Evaluated(1.0, Outcome::kRefused);  // a plain refusal still doubles it
+  EXPECT_EQ(StepsUntilEvaluation(&c, 1.0), 100);
+}
+
 TEST(EvalCadence, AShiftOfTheTrafficBringsTheNextEvaluationForward) {
   EvalCadence c;
   for (int i = 0; i < 3; ++i) {
