@@ -1,19 +1,28 @@
 // Engine benchmark: what one CPU forward costs, against what the machine allows.
 //
 // For target-wide-46m (the speed fixture: its weights stream from memory at every step) in
-// float32 and float16, on 1 thread and on every core, and for target-6m and draft-mix-1m:
+// float32, float16 and bfloat16 (`--dtypes`), on 1 thread and on every core, and for target-6m
+// and draft-mix-1m:
 //   - forward_latency and forward_cost_ratio: one forward of n = 1, 2, 3, 5, 9, 16 new
 //     positions after 16 cached ones, as a multiple of one position (the verification cost of
 //     k = n - 1 draft tokens);
+//   - dtype_vs_float32: the same forward in a 16-bit dtype over float32's (same n, same run);
+//   - compute_floor_ratio (one thread): the least forward_cost_ratio the arithmetic allows, a
+//     forward of n rows doing n multiply-adds per weight at kernel_multiply_add_rate (the
+//     kernel's best tile on float32 weights that sit in L1: no memory to wait for) against the
+//     measured one-position forward: a row's multiply-adds are fixed, one float32 fused
+//     multiply-add per weight whatever the weights' dtype;
 //   - plain_decode_tokens_per_second at 16 and 300 cached positions (one position a step),
 //     the weight bytes per second that is, and its share of the measured read bandwidth;
 // plus read_bandwidth (a streaming read of 512 MB, 1 thread and every core).
-// The arms of one model and thread count are timed round-robin, one forward each in turn, and
-// every ratio is the median of per-round ratios, so the machine's drift cancels;
-// noise_same_arm_ratio is two identical 1-position arms compared the same way.
+// The arms of one thread count, every dtype's together, are timed round-robin, one forward each
+// in turn (dtypes alternating), and every ratio is the median of per-round ratios, so the
+// machine's drift cancels; noise_same_arm_ratio is two identical 1-position arms compared the
+// same way. `--clock cpu` times the one-thread arms by the thread's CPU time (on a shared
+// machine, time the scheduler gave to others does not count; waits for memory do).
 //
 // Feature drafts (issue 46; one thread, as `specloop up` serves on a 2-core machine): an
-// EAGLE-3 head for target-wide-46m (float16 and float32) and target-6m, in its target's dtype
+// EAGLE-3 head for target-wide-46m (each of `--dtypes`) and target-6m, in its target's dtype
 // as LoadDraft loads it (Eagle3Head::InitFromTarget: the weights do not change the cost),
 // at 256 cached positions, batch 1 and 16 sequences, timed round-robin with
 //   target_step          the target's one-row decode step (the unit of every fraction)
@@ -30,10 +39,12 @@
 // ratio; with fc, and without it as a drafting step reads).
 // Prints JSON lines {"name", "params", "value", "unit"}. Usage:
 //   engine_bench [--shared DIR] [--threads N] [--reps R] [--only forward|feature-draft]
+//                [--dtypes float32,float16,bfloat16] [--clock wall|cpu]
 //   (N: the "every core" count)
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -54,26 +65,39 @@ using bench::Emit;
 using bench::Median;
 using Clock = std::chrono::steady_clock;
 
-// One arm: a forward of `n` new positions after `past` cached ones, re-run from the same cache.
+// One arm: a forward of `n` new positions after `past` cached ones of `model` (weights in
+// `dtype`), re-run from the same cache.
 struct Arm {
-  std::string name;
+  std::string name, dtype;
+  const LlamaModel* model;
   int n, past;
   KVCache cache;
   std::vector<double> seconds;
 };
 
+// Seconds on a clock that only differences are taken of: steady wall time, or with `cpu` the
+// calling thread's CPU time.
+double ClockSeconds(bool cpu) {
+  if (cpu) {
+    timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+  }
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
 // Times every arm once per round, `reps` rounds; returns nothing, fills arm.seconds.
-void RunRounds(const LlamaModel& m, std::vector<Arm>& arms, int reps) {
+void RunRounds(std::vector<Arm>& arms, int reps, bool cpu_clock) {
   c10::InferenceMode guard;
   for (Arm& a : arms) {
-    a.cache = m.NewCache(a.past + a.n);
-    m.Forward({{&a.cache, std::vector<int64_t>(a.past, 5), false}});
+    a.cache = a.model->NewCache(a.past + a.n);
+    a.model->Forward({{&a.cache, std::vector<int64_t>(a.past, 5), false}});
   }
   for (int r = -2; r < reps; ++r) {  // two warm-up rounds
     for (Arm& a : arms) {
-      const auto t0 = Clock::now();
-      m.Forward({{&a.cache, std::vector<int64_t>(a.n, 7), true}});
-      const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double t0 = ClockSeconds(cpu_clock);
+      a.model->Forward({{&a.cache, std::vector<int64_t>(a.n, 7), true}});
+      const double sec = ClockSeconds(cpu_clock) - t0;
       if (r >= 0) a.seconds.push_back(sec);
       a.cache.Truncate(a.past);
     }
@@ -86,35 +110,87 @@ double MedianRatio(const Arm& a, const Arm& b) {
   return Median(r);
 }
 
-void MeasureModel(const std::string& name, const LlamaModel& m, const std::string& dtype,
-                  int threads, int reps, double bandwidth) {
+// Multiply-adds per second of LinearPacked's best case on this thread: 12 rows against a
+// float32 matrix of 32 x 192 (24 KB, in L1 after the first pass), the fastest of 7 timings of
+// 2,000 products. The ceiling of the forward's arithmetic, as read_bandwidth is of its memory.
+double KernelMultiplyAddRate() {
+  constexpr int64_t kRows = 12, kOut = 32, kIn = 192, kCalls = 2000;
+  std::vector<float> w(kOut * kIn), x(kRows * kIn), out(kRows * kOut);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.001f * static_cast<float>(i % 97);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 89);
+  const PackedMatrix packed(w.data(), WeightType::kFloat32, kOut, kIn);
+  double best = 0;
+  for (int t = 0; t < 7; ++t) {
+    const double t0 = ClockSeconds(true);
+    for (int64_t c = 0; c < kCalls; ++c) {
+      LinearPacked(x.data(), kRows, packed, out.data(), kOut, 0, packed.panels(), false);
+    }
+    best = std::max(best, kCalls * kRows * kOut * kIn / (ClockSeconds(true) - t0));
+  }
+  return best;
+}
+
+// `models`: (dtype, model) pairs of the same model `name`, every arm of every dtype timed in
+// one round-robin (the dtypes alternating within each arm).
+void MeasureModels(const std::string& name,
+                   const std::vector<std::pair<std::string, const LlamaModel*>>& models,
+                   int threads, int reps, double bandwidth, double multiply_add_rate,
+                   bool cpu_clock) {
   SetComputeThreads(threads);
-  std::vector<Arm> arms;
-  for (int n : {1, 2, 3, 5, 9, 16}) arms.push_back({"n" + std::to_string(n), n, 16, {}, {}});
-  arms.push_back({"same", 1, 16, {}, {}});
-  arms.push_back({"past300", 1, 300, {}, {}});
-  RunRounds(m, arms, reps);
-  const nlohmann::json base = {{"model", name}, {"dtype", dtype}, {"threads", threads},
-                               {"isa", IsaName(ActiveIsa())}};
-  for (size_t i = 0; i < 6; ++i) {
-    nlohmann::json p = base;
-    p.update({{"positions", arms[i].n}, {"past", 16}});
-    Emit("forward_latency", p, Median(arms[i].seconds) * 1e6, "us");
-    if (i > 0) Emit("forward_cost_ratio", p, MedianRatio(arms[i], arms[0]), "x one position");
+  const std::vector<int> positions = {1, 2, 3, 5, 9, 16};
+  const size_t D = models.size(), A = positions.size() + 2;
+  std::vector<Arm> arms;  // arm i of dtype d at i * D + d
+  for (size_t i = 0; i < A; ++i) {
+    for (const auto& [dtype, model] : models) {
+      if (i < positions.size()) {
+        const int n = positions[i];
+        arms.push_back({"n" + std::to_string(n), dtype, model, n, 16, {}, {}});
+      } else if (i == positions.size()) {
+        arms.push_back({"same", dtype, model, 1, 16, {}, {}});
+      } else {
+        arms.push_back({"past300", dtype, model, 1, 300, {}, {}});
+      }
+    }
   }
-  Emit("noise_same_arm_ratio", base, MedianRatio(arms[6], arms[0]), "ratio");
-  const double bytes = static_cast<double>(m.StreamedWeightBytes());
-  for (const Arm* a : {&arms[0], &arms[7]}) {
-    nlohmann::json p = base;
-    p["past"] = a->past;
-    const double sec = Median(a->seconds);
-    Emit("plain_decode_tokens_per_second", p, 1.0 / sec, "tokens/s");
-    Emit("weight_bytes_per_second", p, bytes / sec / 1e9, "GB/s");
-    p["read_bandwidth_gb_s"] = bandwidth / 1e9;
-    Emit("share_of_read_bandwidth", p, bytes / sec / bandwidth, "fraction");
+  RunRounds(arms, reps, cpu_clock);
+  auto arm = [&](size_t i, size_t d) -> const Arm& { return arms[i * D + d]; };
+  for (size_t d = 0; d < D; ++d) {
+    const LlamaModel& m = *models[d].second;
+    const nlohmann::json base = {{"model", name},
+                                 {"dtype", models[d].first},
+                                 {"threads", threads},
+                                 {"isa", IsaName(ActiveIsa())},
+                                 {"clock", cpu_clock ? "cpu" : "wall"}};
+    const double bytes = static_cast<double>(m.StreamedWeightBytes());
+    const double weights = bytes / (m.dtype() == at::kFloat ? 4 : 2);
+    const double one = Median(arm(0, d).seconds);
+    for (size_t i = 0; i < positions.size(); ++i) {
+      nlohmann::json p = base;
+      p.update({{"positions", positions[i]}, {"past", 16}});
+      Emit("forward_latency", p, Median(arm(i, d).seconds) * 1e6, "us");
+      if (i > 0) Emit("forward_cost_ratio", p, MedianRatio(arm(i, d), arm(0, d)), "x one position");
+      if (threads == 1) {
+        p["multiply_add_rate"] = multiply_add_rate;
+        Emit("compute_floor_ratio", p, positions[i] * weights / multiply_add_rate / one,
+             "x one position");
+      }
+      if (d > 0 && models[0].first == "float32") {
+        Emit("dtype_vs_float32", p, MedianRatio(arm(i, d), arm(i, 0)), "x float32's time");
+      }
+    }
+    Emit("noise_same_arm_ratio", base, MedianRatio(arm(positions.size(), d), arm(0, d)), "ratio");
+    for (const Arm* a : {&arm(0, d), &arm(A - 1, d)}) {
+      nlohmann::json p = base;
+      p["past"] = a->past;
+      const double sec = Median(a->seconds);
+      Emit("plain_decode_tokens_per_second", p, 1.0 / sec, "tokens/s");
+      Emit("weight_bytes_per_second", p, bytes / sec / 1e9, "GB/s");
+      p["read_bandwidth_gb_s"] = bandwidth / 1e9;
+      Emit("share_of_read_bandwidth", p, bytes / sec / bandwidth, "fraction");
+    }
+    Emit("long_context_vs_short", base, 1.0 / MedianRatio(arm(A - 1, d), arm(0, d)),
+         "ratio (past 300 / 16)");
   }
-  nlohmann::json p = base;
-  Emit("long_context_vs_short", p, 1.0 / MedianRatio(arms[7], arms[0]), "ratio (past 300 / 16)");
 }
 
 // One timed piece of work, re-run from the same state: run() does it once and returns its
@@ -293,6 +369,8 @@ int main(int argc, char** argv) {
   std::string shared = SPECLOOP_SHARED_DIR;
   int all = AvailableCores(), reps = 31;
   std::string only;
+  std::vector<std::string> dtypes = {"float32", "float16", "bfloat16"};
+  bool cpu_clock = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
       all = std::atoi(argv[++i]);
@@ -304,11 +382,27 @@ int main(int argc, char** argv) {
                (!std::strcmp(argv[i + 1], "forward") ||
                 !std::strcmp(argv[i + 1], "feature-draft"))) {
       only = argv[++i];
+    } else if (!std::strcmp(argv[i], "--dtypes") && i + 1 < argc) {
+      dtypes = bench::SplitCommas(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--clock") && i + 1 < argc &&
+               (!std::strcmp(argv[i + 1], "wall") || !std::strcmp(argv[i + 1], "cpu"))) {
+      cpu_clock = !std::strcmp(argv[++i], "cpu");
     } else {
       std::cerr << "usage: engine_bench [--shared DIR] [--threads N] [--reps R] "
-                   "[--only forward|feature-draft]\n";
+                   "[--only forward|feature-draft] [--dtypes float32,float16,bfloat16] "
+                   "[--clock wall|cpu]\n";
       return 2;
     }
+  }
+  for (const std::string& d : dtypes) {
+    if (d != "float32" && d != "float16" && d != "bfloat16") {
+      std::cerr << "engine_bench: --dtypes takes float32, float16 and bfloat16, not " << d << "\n";
+      return 2;
+    }
+  }
+  if (dtypes.empty() || reps < 1) {
+    std::cerr << "engine_bench: --dtypes needs a dtype and --reps at least 1\n";
+    return 2;
   }
   std::vector<int> thread_counts = {1};
   if (all > 1) thread_counts.push_back(all);
@@ -317,21 +411,34 @@ int main(int argc, char** argv) {
     bandwidth.push_back(bench::ReadBandwidth(t));
     Emit("read_bandwidth", {{"threads", t}, {"buffer_mb", 512}}, bandwidth.back() / 1e9, "GB/s");
   }
+  SetComputeThreads(1);
+  const double rate = KernelMultiplyAddRate();
+  Emit("kernel_multiply_add_rate", {{"threads", 1}, {"isa", IsaName(ActiveIsa())}}, rate / 1e9,
+       "G float32 multiply-adds/s");
   const std::string models = shared + "/models/";
   auto small = bench::LoadOrDie(models + "target-6m");
   auto draft = bench::LoadOrDie(models + "draft-mix-1m");
-  for (const std::string dtype : {"float32", "float16"}) {
-    auto wide = bench::LoadOrDie(models + "target-wide-46m", dtype);
-    if (only != "feature-draft") {
-      for (size_t i = 0; i < thread_counts.size(); ++i) {
-        MeasureModel("target-wide-46m", *wide, dtype, thread_counts[i], reps, bandwidth[i]);
-      }
-    }
-    if (only != "forward") MeasureFeatureDraft("target-wide-46m", *wide, dtype, *draft, reps);
+  std::vector<std::unique_ptr<LlamaModel>> wide;
+  std::vector<std::pair<std::string, const LlamaModel*>> wide_models;
+  for (const std::string& dtype : dtypes) {
+    wide.push_back(bench::LoadOrDie(models + "target-wide-46m", dtype));
+    wide_models.push_back({dtype, wide.back().get()});
   }
   if (only != "feature-draft") {
-    MeasureModel("target-6m", *small, "float32", 1, reps, bandwidth[0]);
-    MeasureModel("draft-mix-1m", *draft, "float32", 1, reps, bandwidth[0]);
+    for (size_t i = 0; i < thread_counts.size(); ++i) {
+      MeasureModels("target-wide-46m", wide_models, thread_counts[i], reps, bandwidth[i], rate,
+                    cpu_clock && thread_counts[i] == 1);
+    }
+  }
+  if (only != "forward") {
+    for (const auto& [dtype, model] : wide_models) {
+      MeasureFeatureDraft("target-wide-46m", *model, dtype, *draft, reps);
+    }
+  }
+  if (only != "feature-draft") {
+    MeasureModels("target-6m", {{"float32", small.get()}}, 1, reps, bandwidth[0], rate, cpu_clock);
+    MeasureModels("draft-mix-1m", {{"float32", draft.get()}}, 1, reps, bandwidth[0], rate,
+                  cpu_clock);
   }
   if (only != "forward") MeasureFeatureDraft("target-6m", *small, "float32", *draft, reps);
   return 0;
