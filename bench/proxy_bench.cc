@@ -1,4 +1,4 @@
-// Proxy benchmark (issue 31): what one port in front of a fleet costs (serve/front_proxy.h).
+// Proxy benchmark (issue 31): what one port in front of a fleet costs (fleet/front_proxy.h).
 //   proxy_bench [--seconds 3] [--reps 3]
 // A stand-in worker on loopback answers POST /v1/completions at once with a 1 KB body, so the
 // figures are the proxy's own cost, not a model's. Arms, each run for --seconds with 1 and 16
@@ -25,7 +25,7 @@
 #include <httplib.h>
 
 #include "common/base/free_port.h"
-#include "serve/front_proxy.h"
+#include "fleet/front_proxy.h"
 
 namespace specloop {
 namespace {

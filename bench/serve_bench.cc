@@ -48,7 +48,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
-#include "buffer/record_shipper.h"
+#include "fleet/record_shipper.h"
 #include "buffer/replay_logger.h"
 #include "common/base/rng.h"
 #include "common/model/threads.h"

@@ -19,9 +19,9 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/realistic_record.h"
-#include "buffer/record_shipper.h"
+#include "fleet/record_shipper.h"
 #include "buffer/replay_logger.h"
-#include "buffer/stream_ingester.h"
+#include "fleet/stream_ingester.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace specloop {

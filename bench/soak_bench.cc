@@ -46,7 +46,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "buffer/redis_client.h"
+#include "fleet/redis_client.h"
 #include "common/base/free_port.h"
 #include "common/observe/process_metrics.h"
 #include "common/tokenizer/model_config.h"

@@ -16,10 +16,10 @@ endforeach()
 
 # `specloop` with the commands that need the engine alone; in build/serve/ as in the full build.
 add_executable(specloop
-  serve/engine_commands_main.cc
-  serve/generate_command.cc
-  serve/convert_command.cc
-  serve/tokenize_command.cc)
+  cli/engine_commands_main.cc
+  cli/generate_command.cc
+  cli/convert_command.cc
+  cli/tokenize_command.cc)
 # The serving sources `generate` shares with `serve` (request parameters, log-probs), none of
 # which needs HTTP; those the tree does not have are not needed by its generate_command.cc.
 foreach(src completion_params.cc token_logprobs.cc step_logprobs.cc logprobs_json.cc)

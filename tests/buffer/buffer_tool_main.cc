@@ -1,6 +1,6 @@
 // A host for `specloop buffer ...` alone (same AddBufferCommand as the specloop binary), so the
 // CLI tests do not need the LibTorch build.
-#include "buffer/buffer_command.h"
+#include "cli/buffer_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"specloop buffer tools"};

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/tokenizer/hf_tokenizer.h"
-#include "serve/commands.h"
+#include "cli/commands.h"
 #include "serve/text_stream.h"
 #include "tests/common/hf_golden.h"
 

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "common/tokenizer/hf_tokenizer.h"
-#include "serve/commands.h"
+#include "cli/commands.h"
 #include "tests/common/npm_tokenizers.h"
 #include "tests/testing/temp_dir.h"
 

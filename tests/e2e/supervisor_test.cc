@@ -1,7 +1,7 @@
-// Supervisor (serve/supervisor.h) with /bin/sh children: output prefixing, start order gated
+// Supervisor (fleet/supervisor.h) with /bin/sh children: output prefixing, start order gated
 // on the ready line, restart backoff doubling up to its cap, SIGKILL after the grace period,
 // no restart loop on the fatal exit code.
-#include "serve/supervisor.h"
+#include "fleet/supervisor.h"
 
 #include <gtest/gtest.h>
 

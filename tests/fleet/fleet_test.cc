@@ -24,7 +24,7 @@
 #include <httplib.h>
 
 #include "buffer/keys.h"
-#include "buffer/redis_client.h"
+#include "fleet/redis_client.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/fleet/fleet_util.h"
 

@@ -1,4 +1,4 @@
-// FrontProxy (serve/front_proxy.h) against stand-in workers on loopback: httplib servers, and
+// FrontProxy (fleet/front_proxy.h) against stand-in workers on loopback: httplib servers, and
 // raw sockets that drop a connection mid-request or cut a stream after its first event.
 // What it must show: requests spread by load; a worker that refuses, drops the connection or
 // answers 503 costs the client nothing (the request is answered by another); a stream is
@@ -24,7 +24,7 @@
 #include <httplib.h>
 
 #include "common/base/free_port.h"
-#include "serve/front_proxy.h"
+#include "fleet/front_proxy.h"
 
 namespace specloop {
 namespace {

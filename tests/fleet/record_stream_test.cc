@@ -16,11 +16,11 @@
 #include <gtest/gtest.h>
 
 #include "buffer/record_codec.h"
-#include "buffer/record_shipper.h"
 #include "buffer/replay_logger.h"
 #include "buffer/replay_reader.h"
-#include "buffer/stream_ingester.h"
 #include "common/base/rng.h"
+#include "fleet/record_shipper.h"
+#include "fleet/stream_ingester.h"
 #include "tests/buffer/test_util.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/fleet/fleet_util.h"
@@ -31,26 +31,11 @@ namespace {
 
 using e2e::Child;
 using fleet::Contents;
+using fleet::Ingesting;
 using fleet::LogRecords;
 using fleet::RedisServer;
+using fleet::Shipping;
 using Clock = std::chrono::steady_clock;
-
-ShipperOptions Shipping(const std::string& dir, const std::string& id, int port) {
-  ShipperOptions o;
-  o.buffer_dir = dir;
-  o.id = id;
-  o.redis_port = port;
-  o.batch_records = 64;
-  return o;
-}
-
-IngesterOptions Ingesting(const std::string& dir, int port) {
-  IngesterOptions o;
-  o.buffer_dir = dir;
-  o.redis_port = port;
-  o.batch_entries = 100;
-  return o;
-}
 
 // Ingests until the ingester has written `want` records in all (or 60 s pass).
 void IngestUntil(StreamIngester* in, uint64_t want) {

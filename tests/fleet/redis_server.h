@@ -1,5 +1,5 @@
-// Helpers of the record-stream tests: a real redis-server on a free loopback port, and
-// workers' buffers filled with random records.
+// Helpers of the record-stream tests: a real redis-server on a free loopback port, workers'
+// buffers filled with random records, and the shipper's and ingester's options they share.
 #pragma once
 
 #include <signal.h>
@@ -12,8 +12,10 @@
 
 #include <gtest/gtest.h>
 
-#include "buffer/redis_client.h"
 #include "buffer/replay_logger.h"
+#include "fleet/record_shipper.h"
+#include "fleet/redis_client.h"
+#include "fleet/stream_ingester.h"
 #include "common/base/rng.h"
 #include "tests/buffer/test_util.h"
 #include "tests/e2e/e2e_util.h"
@@ -92,6 +94,27 @@ inline void LogRecords(const std::string& dir, uint32_t worker, int n, uint64_t 
     ASSERT_TRUE(logger->Log(&r));
   }
   ASSERT_TRUE(logger->Close().ok());
+}
+
+// A shipper of the buffer in `dir`, as worker `id`, to the redis-server on loopback `port`, in
+// batches of 64 records.
+inline ShipperOptions Shipping(const std::string& dir, const std::string& id, int port) {
+  ShipperOptions o;
+  o.buffer_dir = dir;
+  o.id = id;
+  o.redis_port = port;
+  o.batch_records = 64;
+  return o;
+}
+
+// An ingester from the redis-server on loopback `port` into the buffer in `dir`, reading
+// batches of 100 entries.
+inline IngesterOptions Ingesting(const std::string& dir, int port) {
+  IngesterOptions o;
+  o.buffer_dir = dir;
+  o.redis_port = port;
+  o.batch_entries = 100;
+  return o;
 }
 
 }  // namespace fleet

@@ -1,7 +1,7 @@
-// The record stream stays bounded (label fleet; buffer/stream_trim.h), against a real
+// The record stream stays bounded (label fleet; fleet/stream_trim.h), against a real
 // redis-server: entries leave the stream once every consumer group has acknowledged them, and
 // the shippers' cap drops the oldest beyond it and counts them. Also the metrics of both ends
-// (buffer/stream_metrics.h).
+// (fleet/stream_metrics.h).
 #include <chrono>
 #include <set>
 #include <string>
@@ -9,10 +9,10 @@
 
 #include <gtest/gtest.h>
 
-#include "buffer/record_shipper.h"
-#include "buffer/stream_ingester.h"
-#include "buffer/stream_metrics.h"
-#include "buffer/stream_trim.h"
+#include "fleet/record_shipper.h"
+#include "fleet/stream_ingester.h"
+#include "fleet/stream_metrics.h"
+#include "fleet/stream_trim.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/fleet/fleet_util.h"
 #include "tests/fleet/redis_server.h"
@@ -23,24 +23,14 @@ namespace {
 using fleet::Contents;
 using fleet::LogRecords;
 using fleet::RedisServer;
+using fleet::Shipping;
 
 const char kStream[] = "specloop:records";
 
-ShipperOptions Shipping(const std::string& dir, int port) {
-  ShipperOptions o;
-  o.buffer_dir = dir;
-  o.id = "w1";
-  o.redis_port = port;
-  o.batch_records = 64;
-  return o;
-}
-
-IngesterOptions Ingesting(const std::string& dir, int port) {
-  IngesterOptions o;
-  o.buffer_dir = dir;
-  o.redis_port = port;
-  o.batch_entries = 100;
-  o.trim_seconds = 1e-9;  // trim after every read
+// The shared ingester's options, trimming after every read.
+IngesterOptions Trimming(const std::string& dir, int port) {
+  IngesterOptions o = fleet::Ingesting(dir, port);
+  o.trim_seconds = 1e-9;
   return o;
 }
 
@@ -81,13 +71,13 @@ TEST(StreamTrim, AcknowledgedEntriesLeaveTheStream) {
   testing::TempDir worker, trainer;
   LogRecords(worker.path(), 1, 300, 31);
   std::unique_ptr<RecordShipper> shipper;
-  ASSERT_TRUE(RecordShipper::Open(Shipping(worker.path(), redis.port()), &shipper).ok());
+  ASSERT_TRUE(RecordShipper::Open(Shipping(worker.path(), "w1", redis.port()), &shipper).ok());
   ASSERT_TRUE(shipper->ShipOnce().ok());
   const std::vector<std::string> ids = StreamIds(&redis);
   ASSERT_EQ(ids.size(), 300u);
 
   std::unique_ptr<StreamIngester> ingester;
-  ASSERT_TRUE(StreamIngester::Open(Ingesting(trainer.path(), redis.port()), &ingester).ok());
+  ASSERT_TRUE(StreamIngester::Open(Trimming(trainer.path(), redis.port()), &ingester).ok());
   ASSERT_EQ(redis.Command({"XGROUP", "CREATE", kStream, "audit", "0"}).str, "OK");
   const RedisReply taken = redis.Command(
       {"XREADGROUP", "GROUP", "audit", "a", "COUNT", "150", "STREAMS", kStream, ">"});
@@ -157,12 +147,12 @@ TEST(StreamTrim, TheCapDropsAndCountsWhatIsNotAcknowledged) {
   RedisServer redis;
   testing::TempDir worker, trainer;
   std::unique_ptr<StreamIngester> ingester;
-  ASSERT_TRUE(StreamIngester::Open(Ingesting(trainer.path(), redis.port()), &ingester).ok());
+  ASSERT_TRUE(StreamIngester::Open(Trimming(trainer.path(), redis.port()), &ingester).ok());
   ingester.reset();  // the group exists; its consumer is down
 
   LogRecords(worker.path(), 1, 40, 37);
   std::unique_ptr<RecordShipper> shipper;
-  ASSERT_TRUE(RecordShipper::Open(Shipping(worker.path(), redis.port()), &shipper).ok());
+  ASSERT_TRUE(RecordShipper::Open(Shipping(worker.path(), "w1", redis.port()), &shipper).ok());
   ASSERT_TRUE(shipper->ShipOnce().ok());
   // The consumer took the 40 before it died.
   const RedisReply taken = redis.Command({"XREADGROUP", "GROUP", "specloop-trainer", "trainer",
@@ -170,7 +160,7 @@ TEST(StreamTrim, TheCapDropsAndCountsWhatIsNotAcknowledged) {
   ASSERT_EQ(taken.elements.at(0).elements.at(1).elements.size(), 40u);
 
   LogRecords(worker.path(), 1, 260, 41);
-  ShipperOptions so = Shipping(worker.path(), redis.port());
+  ShipperOptions so = Shipping(worker.path(), "w1", redis.port());
   so.max_stream_length = 100;
   ASSERT_TRUE(RecordShipper::Open(so, &shipper).ok());
   uint64_t shipped = 0;
@@ -187,7 +177,7 @@ TEST(StreamTrim, TheCapDropsAndCountsWhatIsNotAcknowledged) {
   }
   ASSERT_EQ(kept.size(), 100u);
 
-  ASSERT_TRUE(StreamIngester::Open(Ingesting(trainer.path(), redis.port()), &ingester).ok());
+  ASSERT_TRUE(StreamIngester::Open(Trimming(trainer.path(), redis.port()), &ingester).ok());
   for (int i = 0; i < 10 && ingester->stats().records.load() < 100; ++i) {
     ASSERT_TRUE(ingester->IngestOnce().ok());
   }

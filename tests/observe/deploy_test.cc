@@ -38,8 +38,8 @@ std::set<std::string> ExportedFamilies() {
   const std::string src = Read(SPECLOOP_SOURCE_DIR "/serve/serving_metrics.cc") +
                           Read(SPECLOOP_SOURCE_DIR "/trainer/trainer_metrics.cc") +
                           Read(SPECLOOP_SOURCE_DIR "/common/observe/process_metrics.cc") +
-                          Read(SPECLOOP_SOURCE_DIR "/serve/front_proxy.cc") +
-                          Read(SPECLOOP_SOURCE_DIR "/buffer/stream_metrics.cc");
+                          Read(SPECLOOP_SOURCE_DIR "/fleet/front_proxy.cc") +
+                          Read(SPECLOOP_SOURCE_DIR "/fleet/stream_metrics.cc");
   return Matches(src, "\"((specloop|process)_[a-z0-9_]+)\"", 1);
 }
 

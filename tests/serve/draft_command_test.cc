@@ -1,4 +1,4 @@
-// `specloop draft init|export|import` (serve/draft_command.cc), run through the command's CLI11
+// `specloop draft init|export|import` (cli/draft_command.cc), run through the command's CLI11
 // registration with its output captured: a head grown from target-6m loads as a draft; the
 // draft vocabulary follows the counts; the exported layout matches a published EAGLE-3 head's
 // (tests/common/data/eagle3_published_layout.json: config keys, tensor names, dtypes, shape
@@ -29,7 +29,7 @@
 #include "common/model/eagle3_head.h"
 #include "common/model/safetensors.h"
 #include "common/tokenizer/tokenizer.h"
-#include "serve/commands.h"
+#include "cli/commands.h"
 #include "tests/testing/temp_dir.h"
 
 namespace specloop {
