@@ -1,5 +1,6 @@
 #include "common/model/llama_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -8,6 +9,7 @@
 #include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
 
+#include "common/model/batched_attention.h"
 #include "common/model/packed_linear.h"
 #include "common/model/rope.h"
 
@@ -289,43 +291,54 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch,
                                    const std::vector<int>& layers, at::Tensor* hidden) const {
   const auto& c = config_;
   const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim;
-  const int64_t G = H / KVH, F = c.intermediate_size;
-  constexpr int64_t B = KVBlockPool::kBlockTokens;
+  const int64_t F = c.intermediate_size;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  const bool training = c10::GradMode::is_enabled();
 
   FlatBatch f = Flatten(batch);
-  const auto& starts = f.starts;
-  const auto& lengths = f.lengths;
-  const auto& past = f.past;
-  auto& out_rows = f.out_rows;
   const int64_t N = f.ids.size();
-  const auto long_opts = at::TensorOptions().dtype(at::kLong);
-  // copy=true: autograd keeps index tensors for the backward pass, after f is gone (on the CPU
-  // a plain .to(device()) would return the from_blob view of f's memory itself).
-  at::Tensor tok = at::from_blob(f.ids.data(), {N}, long_opts).to(device(), false, true);
-  at::Tensor pos = at::from_blob(f.positions.data(), {N}, long_opts).to(device());
-  auto [cos, sin] = RopeTables(pos);  // [N, 1, 2, D/2]
+  bool every_row = static_cast<int64_t>(f.out_rows.size()) == N;
+  for (int64_t i = 0; every_row && i < N; ++i) every_row = f.out_rows[i] == i;
 
-  // Causal (or tree) masks for inputs of more than one new token, shared by all layers.
-  std::vector<at::Tensor> masks(batch.size());
+  // Every index this forward needs, built here and moved to the device in one copy.
+  IndexUpload upload;
+  const int tok_part = upload.Append(f.ids), pos_part = upload.Append(f.positions);
+  const int rows_part = every_row ? -1 : upload.Append(f.out_rows);
+  // The inputs by pool (a server's caches share one; private caches bring one each): one
+  // attention per pool and layer, its rows then put back in input order.
+  std::vector<KVBlockPool*> pools;
+  std::vector<std::vector<AttentionInput>> groups;
   for (size_t b = 0; b < batch.size(); ++b) {
-    if (lengths[b] == 1) continue;
-    const int64_t n = lengths[b], T = past[b] + n;
-    at::Tensor mask;
-    if (f.visible[b].empty()) {
-      mask = at::full({n, T}, -std::numeric_limits<float>::infinity(), embed_.options())
-                 .triu(past[b] + 1);
-    } else {
-      at::Tensor seen = at::from_blob(f.visible[b].data(), {n, n}, at::kChar).to(at::kBool);
-      mask = at::zeros({n, T}, embed_.options());
-      mask.narrow(1, past[b], n).masked_fill_(seen.logical_not().to(device()),
-                                               -std::numeric_limits<float>::infinity());
+    KVBlockPool* pool = batch[b].cache->pool();
+    const size_t g = std::find(pools.begin(), pools.end(), pool) - pools.begin();
+    if (g == pools.size()) {
+      pools.push_back(pool);
+      groups.emplace_back();
     }
-    masks[b] = mask.repeat({G, 1});  // rows ordered (group, position), as the queries below
+    groups[g].push_back({&batch[b].cache->blocks(), f.starts[b], f.past[b], f.lengths[b],
+                         &batch[b].parents});
   }
+  const int64_t nmax = *std::max_element(f.lengths.begin(), f.lengths.end());
+  const int64_t pmax = *std::max_element(f.past.begin(), f.past.end());
+  std::vector<BatchedAttention> attention;
+  for (const auto& group : groups) {
+    attention.emplace_back(group, N, nmax, pmax, H, KVH, D, &upload);
+  }
+  int order_part = -1;  // several pools: order[r] is token r's row in the groups' outputs
+  if (groups.size() > 1) {
+    std::vector<int64_t> order(N);
+    int64_t i = 0;
+    for (const auto& group : groups) {
+      for (const AttentionInput& in : group) {
+        for (int64_t j = 0; j < in.tokens; ++j) order[in.row + j] = i++;
+      }
+    }
+    order_part = upload.Append(order);
+  }
+  upload.Upload(device());
+  for (BatchedAttention& a : attention) a.Prepare(upload, embed_.options().requires_grad(false));
+  auto [cos, sin] = RopeTables(upload.part(pos_part));  // [N, 1, 2, D/2]
 
-  at::Tensor x = embed_.index_select(0, tok);  // [N, hidden]
+  at::Tensor x = embed_.index_select(0, upload.part(tok_part));  // [N, hidden]
   std::vector<at::Tensor> captured(layers.size());  // [N, hidden] each: the layers' inputs
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     for (size_t i = 0; i < layers.size(); ++i) {
@@ -344,65 +357,24 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch,
     at::Tensor q = qk.narrow(1, 0, H).reshape({N, H, D});
     at::Tensor k = qk.narrow(1, H, KVH).reshape({N, KVH, D});
     at::Tensor v = qkv.narrow(1, (H + KVH) * D, KVH * D).view({N, KVH, D});
-
-    at::Tensor attn = batch.size() == 1 ? at::Tensor() : at::empty({N, H * D}, x.options());
-    for (size_t b = 0; b < batch.size(); ++b) {
-      const int64_t off = starts[b], n = lengths[b], L0 = past[b], T = L0 + n;
-      at::Tensor kb = k.narrow(0, off, n).transpose(0, 1);  // [KVH, n, D]
-      at::Tensor vb = v.narrow(0, off, n).transpose(0, 1);
-      // The new keys and values into the cache's blocks, then the sequence's [KVH, T, D]
-      // gathered from them. Training reads this forward's keys and values from the graph,
-      // not the cache, so that gradients reach them; a cached prefix (computed earlier,
-      // without gradients) is a constant in front of them.
-      KVCache& cache = *batch[b].cache;
-      const at::Tensor& store = cache.pool()->storage();  // [blocks, layers, 2, KVH, B, D]
-      for (int64_t i = 0; i < n;) {
-        const int64_t pos = L0 + i, len = std::min(n - i, B - pos % B);
-        at::Tensor slot = store[cache.blocks()[pos / B]][l].narrow(2, pos % B, len);
-        slot[0].copy_(kb.narrow(1, i, len).detach());
-        slot[1].copy_(vb.narrow(1, i, len).detach());
-        i += len;
+    at::Tensor attn;  // [N, H * D]
+    if (attention.size() == 1) {
+      attn = attention[0].Layer(pools[0]->storage(), l, q, k, v, scale);
+    } else {
+      std::vector<at::Tensor> parts;
+      for (size_t g = 0; g < attention.size(); ++g) {
+        parts.push_back(attention[g].Layer(pools[g]->storage(), l, q, k, v, scale));
       }
-      const int64_t nb = KVBlockPool::BlocksFor(T);
-      at::Tensor ids = at::from_blob(const_cast<int32_t*>(cache.blocks().data()), {nb}, at::kInt)
-                           .to(device(), at::kLong);
-      at::Tensor kv = store.select(1, l).index_select(0, ids);  // [nb, 2, KVH, B, D]
-      kv = kv.permute({1, 2, 0, 3, 4}).reshape({2, KVH, nb * B, D}).narrow(2, 0, T);
-      at::Tensor keys = kv[0], values = kv[1];  // [KVH, T, D]
-      if (training) {
-        keys = L0 == 0 ? kb : at::cat({keys.narrow(1, 0, L0), kb}, 1);
-        values = L0 == 0 ? vb : at::cat({values.narrow(1, 0, L0), vb}, 1);
-      }
-
-      // Queries grouped by their key/value head: [KVH, G * n, D], rows ordered (group, pos).
-      at::Tensor qb = q.narrow(0, off, n).view({n, KVH, G, D}).permute({1, 2, 0, 3}).reshape(
-          {KVH, G * n, D});
-      at::Tensor scores = masks[b].defined()
-                              ? at::baddbmm(masks[b], qb, keys.transpose(1, 2), 1.0, scale)
-                              : at::bmm(qb, keys.transpose(1, 2)).mul_(scale);
-      at::Tensor o = at::bmm(at::softmax(scores, -1), values);  // [KVH, G * n, D]
-      o = o.view({KVH, G, n, D}).permute({2, 0, 1, 3}).reshape({n, H * D});
-      if (batch.size() == 1) {
-        attn = o;
-      } else {
-        attn.narrow(0, off, n).copy_(o);
-      }
+      attn = at::cat(parts, 0).index_select(0, upload.part(order_part));
     }
     x = x + at::linear(attn, L.wo);
     at::Tensor gu = at::linear(RmsNorm(x, L.ffn_norm), L.w_gate_up);  // [N, 2F]
     x = x + at::linear(at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F), L.w_down);
   }
   for (size_t b = 0; b < batch.size(); ++b) {
-    batch[b].cache->length_ = past[b] + lengths[b];
+    batch[b].cache->length_ = f.past[b] + f.lengths[b];
   }
-  bool every_row = static_cast<int64_t>(out_rows.size()) == N;
-  for (int64_t i = 0; every_row && i < N; ++i) every_row = out_rows[i] == i;
-  if (!every_row) {
-    const at::Tensor rows =
-        at::from_blob(out_rows.data(), {(int64_t)out_rows.size()}, long_opts)
-            .to(device(), false, true);
-    x = x.index_select(0, rows);
-  }
+  if (!every_row) x = x.index_select(0, upload.part(rows_part));
   if (hidden != nullptr) {
     *hidden = layers.empty() ? at::empty({N, 0}, x.options().dtype(at::kFloat))
                              : at::cat(captured, 1).to(at::kFloat);

@@ -1,0 +1,223 @@
+// The ATen forward (the GPU's and the training forward; common/model/batched_attention.h) run
+// on the CPU against the CPU kernels' forward (llama_forward_cpu.cc) on target-6m: log-probs
+// within 1e-4 at batch 1, 4 and 16, over steps that mix prefill, chunked prefill, verification
+// blocks, token trees and single-token decoding in one batch, with rollbacks in between (so
+// later steps read what earlier ones wrote into the shared block pool). And under autograd, a
+// padded batch's gradients are the sum of its sequences' alone.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
+
+#include "common/model/llama_model.h"
+#include "tests/common/test_models.h"
+
+namespace specloop {
+namespace {
+
+constexpr double kLogProbTol = 1e-4;
+
+std::vector<int64_t> RandomTokens(int64_t n, int vocab, uint64_t seed) {
+  at::manual_seed(seed);
+  at::Tensor t = at::randint(vocab, {n}, at::kLong);
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+}
+
+// What sequence s does at step `step` of a run (the same for both paths).
+struct Step {
+  std::vector<int64_t> tokens;
+  std::vector<int> parents;   // a tree, or empty
+  int64_t keep = -1;          // afterwards: Truncate to past + keep (chains), or -1
+  std::vector<int> path;      // afterwards: KeepPath (trees)
+};
+
+// Step kinds by (sequence, step): prefill of varied length at step 0, then verification
+// blocks, trees, decode tokens and prefill chunks in rotation, so each batch mixes them.
+Step MakeStep(int s, int step, int vocab) {
+  const uint64_t seed = 1000 + 97 * s + step;
+  Step st;
+  if (step == 0) {
+    st.tokens = RandomTokens(3 + (11 * s) % 37, vocab, seed);  // prefill: 3 to 39 tokens
+    return st;
+  }
+  switch ((s + step) % 4) {
+    case 0:  // a verification block of k + 1 = 5, the last two rejected
+      st.tokens = RandomTokens(5, vocab, seed);
+      st.keep = 3;
+      break;
+    case 1:  // a tree: two branches from the root, one of them forking
+      st.tokens = RandomTokens(7, vocab, seed);
+      st.parents = {-1, 0, 0, 1, 2, 3, 3};
+      st.path = {0, 1, 3, 6};
+      break;
+    case 2:  // a decode step
+      st.tokens = RandomTokens(1, vocab, seed);
+      break;
+    default:  // a chunk of a long prompt
+      st.tokens = RandomTokens(17, vocab, seed);
+      break;
+  }
+  return st;
+}
+
+// Log-probs of every new token of every step of a run of `seqs` sequences in one shared pool
+// (the server's layout), `steps` steps, through one of the two forwards.
+std::vector<at::Tensor> RunSteps(LlamaModel& m, bool cpu_kernels, int seqs, int steps) {
+  m.set_use_small_cpu_path(cpu_kernels);
+  auto pool = m.NewBlockPool(/*max_blocks=*/0, /*prefix_caching=*/false);
+  std::vector<KVCache> caches;
+  for (int s = 0; s < seqs; ++s) caches.push_back(m.NewCache(pool));
+  std::vector<at::Tensor> out;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<Step> plan;
+    std::vector<ForwardInput> batch;
+    for (int s = 0; s < seqs; ++s) {
+      plan.push_back(MakeStep(s, step, m.config().vocab_size));
+      ForwardInput in;
+      in.cache = &caches[s];
+      in.tokens = plan.back().tokens;
+      in.parents = plan.back().parents;
+      in.all_logits = true;
+      batch.push_back(std::move(in));
+    }
+    std::vector<int64_t> past;
+    for (const KVCache& c : caches) past.push_back(c.length());
+    out.push_back(at::log_softmax(m.Forward(batch), -1));
+    for (int s = 0; s < seqs; ++s) {
+      if (plan[s].keep >= 0) caches[s].Truncate(past[s] + plan[s].keep);
+      if (!plan[s].path.empty()) caches[s].KeepPath(past[s], plan[s].path);
+    }
+  }
+  return out;
+}
+
+class BatchedAtenForward : public ::testing::TestWithParam<int> {  // param: batch size
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_TRUE(LlamaModel::Load(testing::SharedDir() + "/models/target-6m", LoadOptions(),
+                                 &model_)
+                    .ok());
+  }
+  static void TearDownTestSuite() { model_.reset(); }
+  static std::unique_ptr<LlamaModel> model_;
+  c10::InferenceMode guard_;
+};
+std::unique_ptr<LlamaModel> BatchedAtenForward::model_;
+
+TEST_P(BatchedAtenForward, AgreesWithTheCpuKernels) {
+  const int seqs = GetParam(), steps = 6;
+  const std::vector<at::Tensor> kernels = RunSteps(*model_, true, seqs, steps);
+  const std::vector<at::Tensor> aten = RunSteps(*model_, false, seqs, steps);
+  ASSERT_EQ(kernels.size(), aten.size());
+  double worst = 0;
+  for (int step = 0; step < steps; ++step) {
+    ASSERT_EQ(kernels[step].sizes(), aten[step].sizes()) << "step " << step;
+    const double diff = (kernels[step] - aten[step]).abs().max().item<double>();
+    EXPECT_LT(diff, kLogProbTol) << "step " << step;
+    worst = std::max(worst, diff);
+  }
+  // Not a vacuous comparison: the steps' distributions differ from one another.
+  EXPECT_GT((kernels[1][0] - kernels[2][0]).abs().max().item<double>(), 0.1);
+  RecordProperty("max_logprob_diff", std::to_string(worst));
+}
+
+INSTANTIATE_TEST_SUITE_P(Batch, BatchedAtenForward, ::testing::Values(1, 4, 16));
+
+TEST(BatchedAtenForwardPools, CachesInSeveralPoolsAgreeWithOnePool) {
+  // Private caches (each its own pool, as generate and training use) beside shared ones in one
+  // batch: one attention per pool, the rows put back in input order.
+  c10::InferenceMode guard;
+  auto m = testing::RandomModel(testing::TinyConfig(), 5);
+  m->set_use_small_cpu_path(false);
+  const int V = m->config().vocab_size;
+  auto shared = m->NewBlockPool(0, false);
+  std::vector<KVCache> mixed, kernels;
+  for (int s = 0; s < 4; ++s) {
+    mixed.push_back(s % 2 == 0 ? m->NewCache(shared) : m->NewCache());
+    kernels.push_back(m->NewCache());
+  }
+  for (int step = 0; step < 3; ++step) {
+    std::vector<ForwardInput> a, b;
+    for (int s = 0; s < 4; ++s) {
+      const Step st = MakeStep(s, step, V);
+      a.push_back({&mixed[s], st.tokens, true, st.parents, {}});
+      b.push_back({&kernels[s], st.tokens, true, st.parents, {}});
+    }
+    m->set_use_small_cpu_path(false);
+    const at::Tensor got = at::log_softmax(m->Forward(a), -1);
+    m->set_use_small_cpu_path(true);
+    const at::Tensor want = at::log_softmax(m->Forward(b), -1);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_LT((got - want).abs().max().item<double>(), kLogProbTol) << "step " << step;
+  }
+}
+
+TEST(BatchedAtenTraining, PaddedBatchGradientsAreTheSumOfItsSequences) {
+  // Sequences of different lengths (the batch pads them), one after a cached context: the
+  // gradient of a sum of per-sequence losses in one forward equals the sum of the gradients
+  // of each sequence's forward alone (no padding), so padded rows and keys leak nothing.
+  auto m = testing::RandomModel(testing::TinyQwen3Config(), 7);
+  const int V = m->config().vocab_size;
+  std::vector<at::Tensor> params = m->Parameters();
+  for (at::Tensor& p : params) p.requires_grad_(true);
+  const std::vector<std::vector<int64_t>> seqs = {RandomTokens(9, V, 71), RandomTokens(3, V, 72),
+                                                  RandomTokens(14, V, 73)};
+  const std::vector<int64_t> context = RandomTokens(6, V, 74);
+  auto forward = [&](const std::vector<int>& which, std::vector<at::Tensor>* grads) {
+    for (at::Tensor& p : params) p.mutable_grad() = at::Tensor();
+    auto pool = m->NewBlockPool(0, false);
+    std::vector<KVCache> caches;
+    for (size_t i = 0; i < which.size(); ++i) caches.push_back(m->NewCache(pool));
+    std::vector<ForwardInput> batch;
+    for (size_t i = 0; i < which.size(); ++i) {
+      if (which[i] == 2) {  // a context run without gradients first
+        at::NoGradGuard no_grad;
+        m->Forward({{&caches[i], context, false, {}, {}}});
+      }
+      batch.push_back({&caches[i], seqs[which[i]], true, {}, {}});
+    }
+    const at::Tensor logits = m->Forward(batch);
+    // A loss that weighs each row differently, so that rows cannot trade places unnoticed.
+    const at::Tensor w = at::arange(1, logits.size(0) + 1, logits.options()).unsqueeze(1);
+    (at::log_softmax(logits, -1).select(1, 3) * w.squeeze(1)).sum().backward();
+    grads->clear();
+    for (const at::Tensor& p : params) grads->push_back(p.grad().clone());
+  };
+  std::vector<at::Tensor> together, sum;
+  forward({0, 1, 2}, &together);
+  // Alone, each sequence's rows must carry the weights they had in the batch.
+  int64_t first = 1;
+  for (int s = 0; s < 3; ++s) {
+    for (at::Tensor& p : params) p.mutable_grad() = at::Tensor();
+    auto pool = m->NewBlockPool(0, false);
+    KVCache cache = m->NewCache(pool);
+    if (s == 2) {
+      at::NoGradGuard no_grad;
+      m->Forward({{&cache, context, false, {}, {}}});
+    }
+    const at::Tensor logits = m->Forward({{&cache, seqs[s], true, {}, {}}});
+    const at::Tensor w = at::arange(first, first + logits.size(0), logits.options());
+    first += logits.size(0);
+    (at::log_softmax(logits, -1).select(1, 3) * w).sum().backward();
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (s == 0) sum.push_back(params[i].grad().clone());
+      else sum[i] += params[i].grad();
+    }
+  }
+  ASSERT_EQ(together.size(), sum.size());
+  double largest = 0;
+  for (size_t i = 0; i < sum.size(); ++i) {
+    const double scale = 1 + sum[i].abs().max().item<double>();
+    EXPECT_LT((together[i] - sum[i]).abs().max().item<double>(), 1e-4 * scale) << "param " << i;
+    largest = std::max(largest, sum[i].abs().max().item<double>());
+  }
+  EXPECT_GT(largest, 1e-3);  // gradients flow at all
+}
+
+}  // namespace
+}  // namespace specloop
