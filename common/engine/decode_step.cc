@@ -29,13 +29,17 @@ struct Offer {
 
 // Prices `offer`'s first n tokens, from a match of m context tokens: the acceptance estimate of
 // its bucket, capped by `index_estimate` (the expected accepted tokens by the index's own
-// statistics; prompt lookup has none), over the target seconds of n + 1 rows.
-void Price(const StepCostTable& costs, int batch, int64_t context, int m, int n,
+// statistics; prompt lookup has none), over the step's seconds with n + 1 rows a sequence.
+void Price(const StepCostTable& costs, int batch, int64_t context, int chunk_rows, int m, int n,
            double index_estimate, Offer* offer) {
   offer->bucket = SuffixAcceptance::Bucket(m);
   const double alpha = offer->acceptance->by_match[offer->bucket].alpha();
   const double expected = std::min(index_estimate, spec::ExpectedTokensPerStep(alpha, n) - 1);
-  const double seconds = costs.TargetSeconds(batch * (n + 1), static_cast<double>(context));
+  StepCostTable::Step step;  // the batch's rows and the prompt chunks riding; no draft forward
+  step.rows = batch * (n + 1);
+  step.attended = step.rows * static_cast<double>(context);
+  step.chunk_rows = chunk_rows;
+  const double seconds = costs.StepSeconds(step);
   offer->rate = seconds > 0 ? (1 + expected) / seconds : 0.0;
   const size_t row = offer->block.probs.size() / offer->block.tokens.size();  // 0 under greedy
   offer->block.tokens.resize(n);
@@ -44,7 +48,7 @@ void Price(const StepCostTable& costs, int batch, int64_t context, int m, int n,
 
 // Puts the best model-free block in the slot's decoder when it promises more tokens per second
 // than the policy's choice of slot->k (SuffixAcceptance); returns whether it did.
-bool TakeModelFreeBlock(const StepCostTable& costs, int batch, int64_t context,
+bool TakeModelFreeBlock(const StepCostTable& costs, int batch, int64_t context, int chunk_rows,
                         DecodeSlot* slot) {
   SpeculativeDecoder& decoder = *slot->decoder;
   const int room = decoder.BeginPropose(slot->policy->options().k_max);
@@ -59,7 +63,7 @@ bool TakeModelFreeBlock(const StepCostTable& costs, int batch, int64_t context,
       o.acceptance = slot->suffix_acceptance;
       double index_estimate = 0;
       for (int i = 0; i < n; ++i) index_estimate += slot->suffix->token_probs()[i];
-      Price(costs, batch, context, m, n, index_estimate, &o);
+      Price(costs, batch, context, chunk_rows, m, n, index_estimate, &o);
       ++count;
     }
   }
@@ -70,11 +74,12 @@ bool TakeModelFreeBlock(const StepCostTable& costs, int batch, int64_t context,
     if (n > 0) {
       o.acceptance = slot->lookup_acceptance;
       o.lookup = true;
-      Price(costs, batch, context, slot->lookup->match_length(), n, n, &o);
+      Price(costs, batch, context, chunk_rows, slot->lookup->match_length(), n, n, &o);
       ++count;
     }
   }
-  const double policy_rate = slot->policy->ExpectedRate(costs, slot->k, batch, context);
+  const double policy_rate =
+      slot->policy->ExpectedRate(costs, slot->k, batch, context, chunk_rows);
   Offer* take = nullptr;
   for (int i = 0; i < count; ++i) {
     if (offers[i].rate > policy_rate && (take == nullptr || offers[i].rate > take->rate)) {
@@ -106,7 +111,8 @@ bool TakeModelFreeBlock(const StepCostTable& costs, int batch, int64_t context,
 // Decides between the policy's chain of slot->k and a token tree (TreeAcceptance; only where
 // the chain pays, k > 0) and sets the draft proposer's branching accordingly; a tree step's
 // slot->k is its depth.
-void ChooseTree(const StepCostTable& costs, int batch, int64_t context, DecodeSlot* slot) {
+void ChooseTree(const StepCostTable& costs, int batch, int64_t context, int chunk_rows,
+                DecodeSlot* slot) {
   TreeAcceptance& tree = *slot->tree;
   const int depth_max = slot->k > 0 ? std::min<int>(slot->policy->options().k_max,
                                                     tree.branching.size())
@@ -124,8 +130,9 @@ void ChooseTree(const StepCostTable& costs, int batch, int64_t context, DecodeSl
   if (best > 0) {
     // The tree must beat the chain and plain decoding (the chain's k may be the policy's
     // probe); a lost step counts towards the tree's probe.
-    const double chain_rate = std::max(slot->policy->ExpectedRate(costs, slot->k, batch, context),
-                                       slot->policy->ExpectedRate(costs, 0, batch, context));
+    const double chain_rate =
+        std::max(slot->policy->ExpectedRate(costs, slot->k, batch, context, chunk_rows),
+                 slot->policy->ExpectedRate(costs, 0, batch, context, chunk_rows));
     take = best_rate > chain_rate || ++tree.lost % TreeAcceptance::kProbeInterval == 0;
   }
   if (take) {
@@ -180,6 +187,10 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   // 1-2. Each sequence's k, then its drafts: the model-drafting ones in one batch.
   std::vector<DraftModelProposer::BatchItem> items;
   std::vector<FeatureDraftProposer::BatchItem> feature_items;
+  int planned_chunk_rows = 0;  // the prompt chunks' rows in this step's forward: priced too
+  if (prefill != nullptr) {
+    for (const ForwardInput& chunk : prefill->inputs) planned_chunk_rows += chunk.tokens.size();
+  }
   for (DecodeSlot* slot : slots) {
     slot->k = 0;
     slot->kind = BlockKind::kNone;
@@ -192,16 +203,17 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       const std::vector<int>& tokens = decoder.tokens();
       if (slot->policy != nullptr) {
         const int64_t context = static_cast<int64_t>(tokens.size()) - 1;
-        slot->k = slot->can_draft ? slot->policy->ChooseK(*costs, batch, context,
-                                                          slot->proposer->CatchUpTokens(tokens),
-                                                          decoder.remaining())
-                                  : 0;
+        slot->k = slot->can_draft
+                      ? slot->policy->ChooseK(*costs, batch, context,
+                                              slot->proposer->CatchUpTokens(tokens),
+                                              decoder.remaining(), planned_chunk_rows)
+                      : 0;
         if ((slot->suffix != nullptr || slot->lookup != nullptr) &&
-            TakeModelFreeBlock(*costs, batch, context, slot)) {
+            TakeModelFreeBlock(*costs, batch, context, planned_chunk_rows, slot)) {
           continue;
         }
         if (slot->tree != nullptr && slot->draft_proposer != nullptr) {
-          ChooseTree(*costs, batch, context, slot);
+          ChooseTree(*costs, batch, context, planned_chunk_rows, slot);
         }
       } else {
         slot->k = slot->fixed_k;
@@ -225,6 +237,9 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       FailSlot(slot, "draft failed", e);
     }
   }
+  // The batched draft forwards' wall time: with their sampling, which the proposers' own
+  // timings (their forwards) leave out.
+  const auto d0 = Clock::now();
   try {
     DraftModelProposer::ProposeBatch(items);
   } catch (const std::exception& e) {  // the batch's draft forwards touched them all
@@ -243,6 +258,8 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       }
     }
   }
+
+  const double propose_wall = items.empty() && feature_items.empty() ? 0.0 : SecondsSince(d0);
 
   // 3. One target forward over every sequence still in the step.
   std::vector<DecodeSlot*> live;
@@ -332,8 +349,9 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   // 4. Verification, each sequence's on_commit; 5. what the step measured.
   double verify_s = 0;  // the verifiers' (and on_commit's) work: part of what a row costs
   double draft_s = 0;   // the step's drafting, catch-ups apart
+  double catch_up_s = 0;  // the step's catch-ups
   int draft_sequences = 0, draft_forwards = 0;
-  bool draft_ran = false;
+  bool draft_ran = false, unbatched = false;  // a tree or another proposer drafted
   for (size_t i = 0; i < live.size(); ++i) {
     DecodeSlot* slot = live[i];
     const size_t n = (i + 1 < live.size() ? offsets[i + 1] : decode_rows) - offsets[i];
@@ -355,6 +373,7 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       // draft forward over that many new rows).
       slot->tree->alpha.Observe(slot->k, slot->decoder->last_accepted());
       draft_ran = true;
+      unbatched = true;
       if (costs != nullptr) {
         const Proposer::CatchUp catch_up = slot->proposer->last_catch_up();
         costs->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
@@ -373,6 +392,8 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     const Proposer::CatchUp catch_up = slot->proposer->last_catch_up();
     if (costs != nullptr) costs->ObserveCatchUp(catch_up.tokens, catch_up.seconds);
     draft_ran = draft_ran || catch_up.tokens > 0 || slot->draft_seconds > 0;
+    if (catch_up.tokens > 0) catch_up_s += std::max(0.0, catch_up.seconds);
+    if (slot->kind == BlockKind::kProposer) unbatched = true;
     if (drafted > 0 && slot->draft_seconds > 0) {
       draft_s += slot->draft_seconds;
       ++draft_sequences;
@@ -381,7 +402,12 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   }
   if (costs == nullptr) return;
   costs->ObserveTarget(static_cast<int>(rows), attended, forward_s + verify_s, draft_ran);
-  if (draft_forwards > 0) costs->ObserveDraft(draft_sequences, draft_s / draft_forwards);
+  if (draft_forwards > 0) {
+    // Per batched forward: the batch's wall time less its catch-ups where only chains drafted
+    // (sampling included), else the proposers' forwards.
+    const double batched = unbatched ? draft_s : std::max(draft_s, propose_wall - catch_up_s);
+    costs->ObserveDraft(draft_sequences, batched / draft_forwards);
+  }
 }
 
 }  // namespace specloop

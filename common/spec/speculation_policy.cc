@@ -12,15 +12,21 @@ SpeculationPolicy::SpeculationPolicy(const SpeculationPolicyOptions& options)
       acceptance_(options.prior_alpha, options.prior_weight, options.half_life_steps) {}
 
 double SpeculationPolicy::ExpectedRate(const StepCostTable& costs, int k, int batch,
-                                       int64_t context) const {
+                                       int64_t context, int chunk_rows) const {
   batch = std::max(1, batch);
-  const double seconds = (k > 0 ? k * costs.DraftSeconds(batch) : 0.0) +
-                         costs.TargetSeconds(batch * (k + 1), static_cast<double>(context));
+  k = std::max(0, k);
+  StepCostTable::Step step;
+  step.rows = batch * (k + 1);
+  step.attended = step.rows * static_cast<double>(std::max<int64_t>(0, context));
+  step.chunk_rows = chunk_rows;
+  step.draft_forwards = k;
+  step.drafting = batch;
+  const double seconds = costs.StepSeconds(step);
   return seconds > 0 ? spec::ExpectedTokensPerStep(alpha(), k) / seconds : 0.0;
 }
 
 int SpeculationPolicy::ChooseK(const StepCostTable& costs, int batch, int64_t context,
-                               int64_t catch_up_tokens, int64_t remaining) {
+                               int64_t catch_up_tokens, int64_t remaining, int chunk_rows) {
   const int k_max = std::max(0, options_.k_max);
   if (k_max == 0) return 0;
   if (!costs.ready()) return std::max(1, k_max / 2);
@@ -28,7 +34,7 @@ int SpeculationPolicy::ChooseK(const StepCostTable& costs, int batch, int64_t co
   std::vector<double> rate(k_max + 1);
   int best = 0, best_spec = 1;
   for (int k = 0; k <= k_max; ++k) {
-    rate[k] = ExpectedRate(costs, k, batch, context);
+    rate[k] = ExpectedRate(costs, k, batch, context, chunk_rows);
     if (rate[k] > rate[best]) best = k;
     if (k > 0 && rate[k] > rate[best_spec]) best_spec = k;
   }

@@ -6,6 +6,10 @@
 //   rate(k) = tau(alpha, k) / (k * draft(b) + target(b * (k + 1), L))      (k = 0: plain)
 //   tau(alpha, k) = (1 - alpha^(k+1)) / (1 - alpha)
 //
+// where prompt chunks of C rows ride in the step's forward, target() is the decoding rows'
+// share of the forward over all b * (k + 1) + C rows (StepCostTable::StepSeconds): the chunks
+// move the step up the curve, where at many rows each verified position costs its arithmetic.
+//
 // alpha is this policy's per-token acceptance estimate (spec::AcceptanceEstimator); draft()
 // and target() come from the caller's StepCostTable, measured as it decodes. The choice moves
 // away from the current k only for a rate `hysteresis` higher; a sequence whose draft is behind
@@ -54,12 +58,13 @@ class SpeculationPolicy {
   // cached tokens; the draft is `catch_up_tokens` behind and the sequence may still emit
   // `remaining` tokens (<= 0: unknown; no catch-up is then weighed). Before `costs` is
   // ready: max(1, k_max / 2).
+  // `chunk_rows`: prompt-chunk rows riding in the step's forward.
   int ChooseK(const StepCostTable& costs, int batch = 1, int64_t context = 0,
-              int64_t catch_up_tokens = 0, int64_t remaining = 0);
+              int64_t catch_up_tokens = 0, int64_t remaining = 0, int chunk_rows = 0);
 
   // Expected tokens per second of one sequence at length k (see the header comment).
-  double ExpectedRate(const StepCostTable& costs, int k, int batch = 1,
-                      int64_t context = 0) const;
+  double ExpectedRate(const StepCostTable& costs, int k, int batch = 1, int64_t context = 0,
+                      int chunk_rows = 0) const;
   double alpha() const { return acceptance_.alpha(); }
   // The length the policy settled on (hysteresis state; -1 before the first choice).
   int current() const { return current_; }

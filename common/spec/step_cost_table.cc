@@ -99,6 +99,15 @@ double StepCostTable::TargetSeconds(int rows, double context) const {
 
 double StepCostTable::DraftSeconds(int sequences) const { return draft_.Seconds(sequences); }
 
+double StepCostTable::StepSeconds(const Step& step) const {
+  if (target_.empty() || step.rows <= 0) return 0.0;
+  const int all = step.rows + std::max(0, step.chunk_rows);
+  const double drafts =
+      step.draft_forwards > 0 ? step.draft_forwards * DraftSeconds(std::max(1, step.drafting)) : 0;
+  return drafts + std::max(0.0, step.other_draft_seconds) +
+         target_.Seconds(all) * step.rows / all + slope_ * std::max(0.0, step.attended);
+}
+
 double StepCostTable::CatchUpSeconds(int64_t tokens) const {
   if (tokens <= 0 || catch_up_n_ <= 0) return 0.0;
   return std::max(DraftSeconds(1), catch_up_s_ / catch_up_n_ * static_cast<double>(tokens));

@@ -16,6 +16,12 @@
 // cached token) comes from a calibration at two contexts and is not refined: it is arithmetic,
 // and a step's noise would swamp it.
 //
+// A whole decoding step is priced by StepSeconds: its batched draft forwards, and its rows'
+// share of the target forward over every row in it, prompt chunks included. A row is priced
+// at the step's total rows, not at one sequence's: at 16 sequences, or beside a long chunk,
+// the forward is bound by arithmetic and each row costs its share, where one sequence's few
+// rows alone ride along with the weights' reads almost free.
+//
 // A one-row forward that follows a draft forward within kColdPlainForwards target forwards is
 // not recorded: the draft has evicted part of the target's weights from the CPU's caches, so it
 // is not what plain decoding costs.
@@ -53,6 +59,22 @@ class StepCostTable {
   double TargetSeconds(int rows, double context) const;
   // Seconds of one batched draft forward for `sequences` sequences; 0 while none is known.
   double DraftSeconds(int sequences) const;
+
+  // One decoding step's plan, for StepSeconds.
+  struct Step {
+    int rows = 0;            // the decoding sequences' target rows (pending tokens and blocks)
+    double attended = 0;     // cached tokens those rows attend to, summed over the rows
+    int chunk_rows = 0;      // prompt-chunk rows riding in the same target forward
+    int draft_forwards = 0;  // batched draft forwards (the longest batched chain)
+    int drafting = 0;        // sequences in those forwards
+    double other_draft_seconds = 0;  // drafting outside them (token trees' level forwards)
+  };
+  // Seconds of the step's decoding: its batched draft forwards (draft_forwards *
+  // DraftSeconds(drafting)), other_draft_seconds, and the decoding rows' share of the target
+  // forward over rows + chunk_rows rows (the forward's seconds times rows / all rows: the
+  // chunks move the rows' place on the curve, their own share is prefill's), plus attention
+  // over `attended`. 0 while no target forward is known or the step has no rows.
+  double StepSeconds(const Step& step) const;
   // Seconds of a catch-up on `tokens` tokens: the measured seconds per token, and at least one
   // draft forward; 0 for no tokens or while none was measured.
   double CatchUpSeconds(int64_t tokens) const;
