@@ -1,8 +1,10 @@
 // Speculative decoding benchmark, one run on `--target` (default target-wide-46m, the speed
-// fixture; target-6m is the do-no-harm case), `--dtype` of its weights (default float32) and
-// `--threads` (default 1). It prints first the machine's read bandwidth (one thread and every
-// core) and plain decoding's weight bytes per second as a share of it. Then for each draft and each
-// domain, plain vs speculative tokens/s at k = 1..8 and auto; measured alpha (per-token
+// fixture; target-6m is the do-no-harm case), `--dtype` of its weights (default float32; a
+// list, e.g. float32,float16,bfloat16, loads the target in each and runs every dtype's arms in
+// the same rotation over the same prompts: "dtype_vs_first" is then an arm's tokens/s over the
+// same arm in the first dtype, the median of per-repetition ratios) and `--threads` (default 1).
+// It prints first the machine's read bandwidth (one thread and every core) and plain decoding's
+// weight bytes per second as a share of it. Then for each draft, domain and dtype, plain vs speculative tokens/s at k = 1..8 and auto; measured alpha (per-token
 // acceptance, geometric estimate), c (draft cost per token over one target decode step) and
 // beta(k) (target forward of k + 1 positions over one of 1 position), and the measured
 // speedup beside the predicted tau(alpha, k) / (k c + beta(k)).
@@ -30,7 +32,7 @@
 // Also per arm mean_acceptance_length (1 + accepted per verified draft, as vLLM's).
 // Prompts: SHARED/prompts/DOMAIN.jsonl, or DIR/DOMAIN.jsonl with `--prompts-dir DIR` (e.g.
 // the held-out prompts day0_bench writes).
-// Usage: spec_bench [--shared DIR] [--target NAME] [--dtype D] [--threads N]
+// Usage: spec_bench [--shared DIR] [--target NAME] [--dtype D[,D2...]] [--threads N]
 //                   [--prompts N] [--tokens N] [--reps N] [--temperature T]
 //                   [--drafts a,b] [--domains a,b] [--no-fixed] [--ks 1,4]
 //                   [--prompts-dir DIR]
@@ -168,27 +170,39 @@ int main(int argc, char** argv) {
          "GB/s");
     if (AvailableCores() == 1) break;
   }
+  const std::vector<std::string> dtypes = bench::SplitCommas(dtype);
+  if (dtypes.empty()) {
+    std::cerr << "spec_bench: --dtype needs a dtype\n";
+    return 2;
+  }
   SetComputeThreads(threads);
   c10::InferenceMode guard;
   const std::string target_dir = DraftDir(shared, target_name);  // a name or a directory
-  auto target = LoadOrDie(target_dir, dtype);
   std::unique_ptr<Tokenizer> tok;
   if (!Tokenizer::Load(target_dir, &tok).ok()) return 1;
   const int k_max = 8;
-  // Costs, measured once for the run: target forward of n positions (after 16 and after 256
-  // cached tokens; c and beta are at 256), draft forward of one.
+  // Per dtype: the target, and its costs measured once for the run: target forward of n
+  // positions (after 16 and after 256 cached tokens; c and beta are at 256).
   const CalibrationOptions calibration;
-  StepCostTable costs;
-  CalibrateStepCosts(*target, nullptr, k_max, &costs, calibration);
-  const double t1 = costs.TargetSeconds(1, calibration.context);
-  const json run = {{"target", target_name}, {"dtype", dtype}, {"threads", threads}};
-  Emit("plain_weight_bytes_per_second", run,
-       target->StreamedWeightBytes() / costs.TargetSeconds(1, calibration.short_context) / 1e9,
-       "GB/s");
-  for (int n = 1; n <= k_max + 1; ++n) {
-    for (int context : {calibration.short_context, calibration.context}) {
-      Emit("target_forward_latency", {{"positions", n}, {"context", context}},
-           costs.TargetSeconds(n, context) * 1e6, "us");
+  const size_t D = dtypes.size();
+  std::vector<std::unique_ptr<LlamaModel>> targets;
+  std::vector<StepCostTable> costs(D);
+  std::vector<double> t1(D);
+  for (size_t d = 0; d < D; ++d) {
+    targets.push_back(LoadOrDie(target_dir, dtypes[d]));
+    CalibrateStepCosts(*targets[d], nullptr, k_max, &costs[d], calibration);
+    t1[d] = costs[d].TargetSeconds(1, calibration.context);
+    const json run = {{"target", target_name}, {"dtype", dtypes[d]}, {"threads", threads}};
+    Emit("plain_weight_bytes_per_second", run,
+         targets[d]->StreamedWeightBytes() /
+             costs[d].TargetSeconds(1, calibration.short_context) / 1e9,
+         "GB/s");
+    for (int n = 1; n <= k_max + 1; ++n) {
+      for (int context : {calibration.short_context, calibration.context}) {
+        Emit("target_forward_latency",
+             {{"positions", n}, {"context", context}, {"dtype", dtypes[d]}},
+             costs[d].TargetSeconds(n, context) * 1e6, "us");
+      }
     }
   }
 
@@ -215,152 +229,198 @@ int main(int argc, char** argv) {
   auto_calibration.sampling = gen.sampling;
 
   for (const std::string& draft_name : drafts) {
-    Draft draft;
-    LoadOptions draft_load;  // a draft model's weights stay as stored (serve's --draft)
-    if (Status s = LoadDraft(DraftDir(shared, draft_name), *target, draft_load, &draft); !s.ok()) {
-      std::cerr << "spec_bench: --drafts " << draft_name << ": " << s.ToString() << "\n";
-      return 1;
+    // The draft, loaded against each dtype's target (a draft model's weights stay as stored,
+    // as serve's --draft loads them; a head takes its target's dtype).
+    std::vector<Draft> draft(D);
+    std::vector<double> c(D);
+    for (size_t d = 0; d < D; ++d) {
+      LoadOptions draft_load;
+      if (Status s = LoadDraft(DraftDir(shared, draft_name), *targets[d], draft_load, &draft[d]);
+          !s.ok()) {
+        std::cerr << "spec_bench: --drafts " << draft_name << ": " << s.ToString() << "\n";
+        return 1;
+      }
+      if (draft[d].head) {
+        c[d] = HeadCostRatio(*targets[d], *draft[d].head, calibration.context);
+      } else {
+        StepCostTable draft_cost;
+        CalibrateStepCosts(*targets[d], draft[d].model.get(), 0, &draft_cost);
+        c[d] = draft_cost.DraftSeconds(1) / t1[d];
+      }
+      Emit("draft_cost_ratio_c",
+           {{"draft", draft_name}, {"kind", draft[d].kind()}, {"dtype", dtypes[d]}}, c[d],
+           "ratio");
     }
-    double c;
-    if (draft.head) {
-      c = HeadCostRatio(*target, *draft.head, calibration.context);
-    } else {
-      StepCostTable draft_cost;
-      CalibrateStepCosts(*target, draft.model.get(), 0, &draft_cost);
-      c = draft_cost.DraftSeconds(1) / t1;
-    }
-    Emit("draft_cost_ratio_c", {{"draft", draft_name}, {"kind", draft.kind()}}, c, "ratio");
     for (const auto& domain : domains) {
-      // k = -1: auto (one policy per draft and domain, learning across prompts, as serving
-      // keeps one per domain); k = 0: plain decoding; k = -2: the speculative decoder at k = 0.
+      // k = -1: auto (one policy per draft, domain and dtype, learning across prompts, as
+      // serving keeps one per domain); k = 0: plain decoding; k = -2: the speculative decoder
+      // at k = 0. An arm is (dtype, k).
       constexpr int kAuto = -1, kPathAtZero = -2;
-      std::map<int, SpeculativeStats> stats;
-      std::vector<int> arms;  // all but plain, which runs beside each
-      if (fixed) arms.insert(arms.end(), fixed_ks.begin(), fixed_ks.end());
-      arms.insert(arms.end(), {kAuto, kPathAtZero});
-      SpeculationPolicy policy;
-      StepCostTable policy_costs;
-      // A head's cost is learnt from its timings (null: as the server calibrates for one).
-      CalibrateStepCosts(*target, draft.model.get(), k_max, &policy_costs, auto_calibration);
-      for (const auto& prompt : prompts[domain]) {  // auto's warm-up, untimed
-        std::unique_ptr<Proposer> proposer = NewDraftProposer(draft, gen.sampling, 0.0f);
-        SpeculativeOptions o;
-        o.generate = gen;
-        o.policy = &policy;
-        o.costs = &policy_costs;
-        GenerateSpeculative(*target, proposer.get(), prompt, o, nullptr);
+      typedef std::pair<size_t, int> ArmKey;
+      std::map<ArmKey, SpeculativeStats> stats;
+      std::vector<ArmKey> arms;  // all but plain, which runs beside each
+      for (size_t d = 0; d < D; ++d) {
+        if (fixed) {
+          for (int k : fixed_ks) arms.push_back({d, k});
+        }
+        arms.push_back({d, kAuto});
+        arms.push_back({d, kPathAtZero});
+      }
+      std::vector<SpeculationPolicy> policy(D);
+      std::vector<StepCostTable> policy_costs(D);
+      for (size_t d = 0; d < D; ++d) {
+        // A head's cost is learnt from its timings (null: as the server calibrates for one).
+        CalibrateStepCosts(*targets[d], draft[d].model.get(), k_max, &policy_costs[d],
+                           auto_calibration);
+        for (const auto& prompt : prompts[domain]) {  // auto's warm-up, untimed
+          std::unique_ptr<Proposer> proposer = NewDraftProposer(draft[d], gen.sampling, 0.0f);
+          SpeculativeOptions o;
+          o.generate = gen;
+          o.policy = &policy[d];
+          o.costs = &policy_costs[d];
+          GenerateSpeculative(*targets[d], proposer.get(), prompt, o, nullptr);
+        }
       }
       // Per rep: each arm's tokens/s and that of the plain runs paired with it.
-      std::map<int, std::vector<double>> tps, paired_plain;
+      std::map<ArmKey, std::vector<double>> tps, paired_plain;
       for (int rep = 0; rep < reps; ++rep) {
-        // Every arm on each prompt in turn, each in lockstep with its own plain run; the order
-        // rotates from prompt to prompt, so that no arm always runs first or right after the
-        // same one.
-        std::map<int, double> seconds, plain_seconds;
-        std::map<int, int64_t> tokens, plain_tokens;
+        // Every arm on each prompt in turn, each in lockstep with its own plain run (of its
+        // dtype); the order rotates from prompt to prompt, so that no arm always runs first or
+        // right after the same one.
+        std::map<ArmKey, double> seconds, plain_seconds;
+        std::map<ArmKey, int64_t> tokens, plain_tokens;
         size_t turn = rep;
         for (const auto& prompt : prompts[domain]) {
           for (size_t j = 0; j < arms.size(); ++j) {
-            const int k = arms[(j + turn) % arms.size()];
-            std::unique_ptr<Proposer> proposer = NewDraftProposer(draft, gen.sampling, 0.0f);
+            const ArmKey arm = arms[(j + turn) % arms.size()];
+            const size_t d = arm.first;
+            const int k = arm.second;
+            std::unique_ptr<Proposer> proposer = NewDraftProposer(draft[d], gen.sampling, 0.0f);
             SpeculativeOptions o;
             o.generate = gen;
             o.k = std::max(k, 0);
             if (k == kAuto) {
-              o.policy = &policy;
-              o.costs = &policy_costs;
+              o.policy = &policy[d];
+              o.costs = &policy_costs[d];
             }
-            PlainGeneration plain(*target, prompt, gen);
-            SpeculativeGeneration other(*target, proposer.get(), prompt, o);
+            PlainGeneration plain(*targets[d], prompt, gen);
+            SpeculativeGeneration other(*targets[d], proposer.get(), prompt, o);
             Lockstep(&plain, &other);
-            stats[k].Add(other.stats());
+            stats[arm].Add(other.stats());
             // Decode phase only: the target's prompt processing is the same work in both and
             // dilutes any decoding speedup; the draft's catch-up on the prompt is in the decode
             // phase (work only speculation needs). Plain's first token comes from its prefill.
-            seconds[k] += other.decode_seconds();
-            tokens[k] += other.result().tokens.size();
-            plain_seconds[k] += plain.result().decode_seconds;
-            plain_tokens[k] += plain.result().tokens.size() - 1;
+            seconds[arm] += other.decode_seconds();
+            tokens[arm] += other.result().tokens.size();
+            plain_seconds[arm] += plain.result().decode_seconds;
+            plain_tokens[arm] += plain.result().tokens.size() - 1;
           }
           ++turn;
         }
-        for (int k : arms) {
-          tps[k].push_back(tokens[k] / seconds[k]);
-          paired_plain[k].push_back(plain_tokens[k] / plain_seconds[k]);
+        for (const ArmKey& arm : arms) {
+          tps[arm].push_back(tokens[arm] / seconds[arm]);
+          paired_plain[arm].push_back(plain_tokens[arm] / plain_seconds[arm]);
         }
       }
-      // Two speedups per arm and rep. Over plain decoding beside the k = 0 path: plain as it
-      // runs alone, nothing evicting the target's weights between its steps; the arm and that
-      // plain run a few requests apart, so this carries the machine's drift (~2% a rep). And
-      // over plain decoding in lockstep with the arm: precise, and exact for arms that never
-      // run the draft, but beside one that does, plain's steps find the target's weights
-      // partly evicted by the draft's, and the arm looks faster than it is alone (see
-      // plain_beside_vs_beside_k0: plain 4-17% slower beside fixed k in one run).
-      auto speedup = [&](int k, int rep) {
-        return k == 0 ? 1.0 : tps[k][rep] / paired_plain[kPathAtZero][rep];
-      };
-      auto lockstep = [&](int k) {
-        std::vector<double> r;
-        for (int rep = 0; rep < reps; ++rep) r.push_back(tps[k][rep] / paired_plain[k][rep]);
-        return Median(r);
-      };
-      // Between arms: the median over reps of the ratio of their speedups (plain: 1).
-      auto ratio = [&](int a, int b) {
-        std::vector<double> r;
-        for (int rep = 0; rep < reps; ++rep) r.push_back(speedup(a, rep) / speedup(b, rep));
-        return Median(r);
-      };
-      const double plain = Median(paired_plain[kPathAtZero]);
-      const json base = {{"draft", draft_name}, {"kind", draft.kind()}, {"domain", domain},
-                         {"temperature", temperature}, {"tokens", max_tokens}};
-      json p = base;
-      p["k"] = 0;
-      Emit("tokens_per_second", p, plain, "tokens/s");
-      double best_fixed = 0;
-      int best_k = 0;
-      Emit("k0_path_vs_plain", base, lockstep(kPathAtZero), "ratio");
-      for (int k : arms) {
-        if (k == kPathAtZero) continue;
-        const SpeculativeStats& s = stats[k];
-        const double measured = Median(tps[k]);
-        p = base;
-        p["k"] = k < 0 ? json("auto") : json(k);
-        Emit("tokens_per_second", p, measured, "tokens/s");
-        Emit("speedup", p, ratio(k, 0), "ratio");
-        Emit("lockstep_speedup", p, lockstep(k), "ratio");
-        // Plain decoding slowed by its partner: its rate beside this arm over that beside the
-        // k = 0 path.
-        std::vector<double> beside;
-        for (int rep = 0; rep < reps; ++rep) {
-          beside.push_back(paired_plain[k][rep] / paired_plain[kPathAtZero][rep]);
-        }
-        Emit("plain_beside_vs_beside_k0", p, Median(beside), "ratio");
-        // Geometric per-token acceptance: accepted / (accepted + steps that saw a rejection).
-        int64_t full = 0;  // steps that accepted their whole block
-        if (k > 0 && !s.accepted_at.empty()) full = s.accepted_at[k - 1];
-        const double alpha =
-            s.accepted + (s.steps - full) > 0 ? double(s.accepted) / (s.accepted + s.steps - full)
-                                              : 0.0;
-        Emit("acceptance_rate", p, s.acceptance_rate(), "ratio");
-        Emit("tokens_per_step", p, s.tokens_per_step(), "tokens");
-        Emit("mean_acceptance_length", p, s.mean_acceptance_length(), "tokens");
-        if (k > 0) {
-          Emit("alpha", p, alpha, "ratio");
-          const double beta = costs.TargetSeconds(k + 1, calibration.context) / t1;
-          Emit("beta", p, beta, "ratio");
-          const double tau = spec::ExpectedTokensPerStep(alpha, k);
-          Emit("predicted_speedup", p, tau / (k * c + beta), "ratio");
-          if (measured > best_fixed) {
-            best_fixed = measured;
-            best_k = k;
+      for (size_t d = 0; d < D; ++d) {
+        const ArmKey path_at_zero = {d, kPathAtZero};
+        // Two speedups per arm and rep. Over plain decoding beside the k = 0 path: plain as it
+        // runs alone, nothing evicting the target's weights between its steps; the arm and that
+        // plain run a few requests apart, so this carries the machine's drift (~2% a rep). And
+        // over plain decoding in lockstep with the arm: precise, and exact for arms that never
+        // run the draft, but beside one that does, plain's steps find the target's weights
+        // partly evicted by the draft's, and the arm looks faster than it is alone (see
+        // plain_beside_vs_beside_k0: plain 4-17% slower beside fixed k in one run).
+        auto speedup = [&](int k, int rep) {
+          return k == 0 ? 1.0 : tps[{d, k}][rep] / paired_plain[path_at_zero][rep];
+        };
+        auto lockstep = [&](int k) {
+          std::vector<double> r;
+          for (int rep = 0; rep < reps; ++rep) {
+            r.push_back(tps[{d, k}][rep] / paired_plain[{d, k}][rep]);
           }
-        } else {
-          Emit("k_mean", p, s.k_mean(), "tokens");
-          if (fixed) Emit("auto_vs_best_fixed", p, ratio(kAuto, best_k), "ratio");
-          // Auto decodes plainly but for probes where speculation does not pay: there the
-          // lockstep ratio is exact and precise (where it speculates, see lockstep_speedup).
-          Emit("auto_vs_plain", p, lockstep(kAuto), "ratio");
-          p["best_fixed_k"] = best_k;
+          return Median(r);
+        };
+        // Between arms: the median over reps of the ratio of their speedups (plain: 1).
+        auto ratio = [&](int a, int b) {
+          std::vector<double> r;
+          for (int rep = 0; rep < reps; ++rep) r.push_back(speedup(a, rep) / speedup(b, rep));
+          return Median(r);
+        };
+        // Against the first dtype: the median over reps of this dtype's tokens/s over the
+        // first's, for arm k (plain: the plain runs beside the k = 0 path).
+        auto vs_first = [&](int k) {
+          std::vector<double> r;
+          for (int rep = 0; rep < reps; ++rep) {
+            r.push_back(k == 0 ? paired_plain[path_at_zero][rep] /
+                                     paired_plain[{0, kPathAtZero}][rep]
+                               : tps[{d, k}][rep] / tps[{0, k}][rep]);
+          }
+          return Median(r);
+        };
+        const double plain = Median(paired_plain[path_at_zero]);
+        const json base = {{"draft", draft_name}, {"kind", draft[d].kind()},
+                           {"domain", domain},    {"temperature", temperature},
+                           {"tokens", max_tokens}, {"dtype", dtypes[d]}};
+        json p = base;
+        p["k"] = 0;
+        Emit("tokens_per_second", p, plain, "tokens/s");
+        if (d > 0) {
+          p["first_dtype"] = dtypes[0];
+          Emit("dtype_vs_first", p, vs_first(0), "ratio");
+        }
+        double best_fixed = 0;
+        int best_k = 0;
+        Emit("k0_path_vs_plain", base, lockstep(kPathAtZero), "ratio");
+        for (const ArmKey& arm : arms) {
+          const int k = arm.second;
+          if (arm.first != d || k == kPathAtZero) continue;
+          const SpeculativeStats& s = stats[arm];
+          const double measured = Median(tps[arm]);
+          p = base;
+          p["k"] = k < 0 ? json("auto") : json(k);
+          Emit("tokens_per_second", p, measured, "tokens/s");
+          Emit("speedup", p, ratio(k, 0), "ratio");
+          Emit("lockstep_speedup", p, lockstep(k), "ratio");
+          if (d > 0) {
+            json q = p;
+            q["first_dtype"] = dtypes[0];
+            Emit("dtype_vs_first", q, vs_first(k), "ratio");
+          }
+          // Plain decoding slowed by its partner: its rate beside this arm over that beside
+          // the k = 0 path.
+          std::vector<double> beside;
+          for (int rep = 0; rep < reps; ++rep) {
+            beside.push_back(paired_plain[arm][rep] / paired_plain[path_at_zero][rep]);
+          }
+          Emit("plain_beside_vs_beside_k0", p, Median(beside), "ratio");
+          // Geometric per-token acceptance: accepted / (accepted + steps that saw a rejection).
+          int64_t full = 0;  // steps that accepted their whole block
+          if (k > 0 && !s.accepted_at.empty()) full = s.accepted_at[k - 1];
+          const double alpha = s.accepted + (s.steps - full) > 0
+                                   ? double(s.accepted) / (s.accepted + s.steps - full)
+                                   : 0.0;
+          Emit("acceptance_rate", p, s.acceptance_rate(), "ratio");
+          Emit("tokens_per_step", p, s.tokens_per_step(), "tokens");
+          Emit("mean_acceptance_length", p, s.mean_acceptance_length(), "tokens");
+          if (k > 0) {
+            Emit("alpha", p, alpha, "ratio");
+            const double beta = costs[d].TargetSeconds(k + 1, calibration.context) / t1[d];
+            Emit("beta", p, beta, "ratio");
+            const double tau = spec::ExpectedTokensPerStep(alpha, k);
+            Emit("predicted_speedup", p, tau / (k * c[d] + beta), "ratio");
+            if (measured > best_fixed) {
+              best_fixed = measured;
+              best_k = k;
+            }
+          } else {
+            Emit("k_mean", p, s.k_mean(), "tokens");
+            if (fixed) Emit("auto_vs_best_fixed", p, ratio(kAuto, best_k), "ratio");
+            // Auto decodes plainly but for probes where speculation does not pay: there the
+            // lockstep ratio is exact and precise (where it speculates, see lockstep_speedup).
+            Emit("auto_vs_plain", p, lockstep(kAuto), "ratio");
+            p["best_fixed_k"] = best_k;
+          }
         }
       }
     }
