@@ -339,6 +339,16 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-regression-per-gain", t.gate.max_regression_per_gain,
                   "gate: or this fraction of the overall gain, when larger")
       ->capture_default_str();
+  cmd->add_option("--max-fall-below-best", t.gate.max_fall_below_best,
+                  "gate: most a domain's alpha may lie below the best draft served there "
+                  "(same held-out records), whatever the gain")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--below-best-floor-boost", t.below_best_floor_boost,
+                  "online: replay floor multiplier of a domain the gate refused a candidate "
+                  "for (below its best); 1: none")
+      ->check(CLI::Range(1.0, 1e6))
+      ->capture_default_str();
   cmd->add_option("--first-draft-cost", t.gate.draft_cost,
                   "gate, first draft vs plain decoding: a drafted token's cost, fraction of a "
                   "target step; < 0: by kind (0.26 for an EAGLE-3 head, 0.01 for a draft model: "

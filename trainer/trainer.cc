@@ -294,6 +294,8 @@ Status Trainer::Evaluate(EvalResult* r) {
   } else {
     r->decision = DecideGate(options_.gate, r->live, r->candidate, recent_traffic_, &r->best);
   }
+  below_best_ = std::set<std::string>(r->decision.below_best.begin(),
+                                      r->decision.below_best.end());
   metrics_.evaluations->Increment();
   auto set = [&](const AlphaEstimate& e, const char* model) {
     for (const auto& [d, a] : e.domains) {
@@ -465,7 +467,9 @@ Status Trainer::SampleBatch(std::vector<Record>* batch) {
   for (size_t i = 0; i < domains.size(); ++i) {
     const auto g = gaps.find(domains[i]);
     want[i] = std::max(0, options_.replay_floor_records) *
-              (1 + options_.alpha_gap_boost * (g != gaps.end() ? g->second : 0.0));
+              (1 + options_.alpha_gap_boost * (g != gaps.end() ? g->second : 0.0)) *
+              (below_best_.count(domains[i]) ? std::max(1.0, options_.below_best_floor_boost)
+                                             : 1.0);
     total += want[i];
   }
   const double cap = static_cast<double>(size / 2);

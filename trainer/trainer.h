@@ -45,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,12 @@ struct TrainerOptions {
   // at most half of a batch (scaled down to fit, fractions drawn at random). 0: no floor.
   // Default: 2 (trainer/README.md, "No forgetting").
   int replay_floor_records = 2;
+  // The replay floor of each domain the gate last refused a candidate for ("below_best",
+  // publish_gate.h) is multiplied by this (before the half-batch cap): the gap alone (a few
+  // hundredths, x1.5) left it too few records against the new domain's to be trained back
+  // within an evaluation interval (bench/faster_over_time --forgetting). Until the next
+  // evaluation. 1: no boost. Default: 4.
+  double below_best_floor_boost = 4.0;
   // Newest training records of each domain kept in memory (encoded, domain_reserve.h) for the
   // floor after retention. 0: none. Default: 32.
   size_t reserve_records_per_domain = 32;
@@ -195,7 +202,8 @@ class Trainer {
   Status EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalResult* result);
 
   // Draws an online batch (batch_records): each domain seen gets its floor,
-  // replay_floor_records * (1 + alpha_gap_boost * its alpha gap) records (the buffers', or the
+  // replay_floor_records * (1 + alpha_gap_boost * its alpha gap) records (times
+  // below_best_floor_boost for a domain the last gate named "below_best"; the buffers', or the
   // reserve's once retention removed the domain there; all floors together at most half the
   // batch, scaled down to fit, a fractional part drawn at random), then the rest by the domain
   // weights (recent traffic, min_domain_share, alpha gaps). The batch may hold held-out records
@@ -278,6 +286,8 @@ class Trainer {
   // decision by UpdateBest(): a domain whose live alpha (over its records now) reaches the
   // best's takes the live draft's values, else records new to the set take the live draft's.
   std::map<std::string, RecordAlpha> best_values_;
+  // The domains the last evaluation's gate named "below_best" (their floors are boosted).
+  std::set<std::string> below_best_;
   const RecordAlpha& BestValues(const std::string& key, const RecordAlpha& live) const;
   void UpdateBest();
   // Per held-out record (by ForEachHeldOutPart's key), the live draft's values at the last
