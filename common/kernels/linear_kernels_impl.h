@@ -168,7 +168,9 @@ inline void PackedTile(const float* x, long K, const typename W::T* panel, long 
       for (int v = 0; v < NV; ++v) acc[r][v] = V::Fma(wv[v], xb, acc[r][v]);
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       float* d = out + r * ldo + v * V::kLanes;
       const long n = valid - v * V::kLanes;
