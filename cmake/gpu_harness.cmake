@@ -30,6 +30,9 @@ endforeach()
 target_link_libraries(specloop PRIVATE specloop_engine specloop_chat CLI11::CLI11)
 set_target_properties(specloop PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/serve)
 
+# gpu_bench (bench/gpu_bench.cmake): the engine's libraries alone; run.sh runs it last.
+include(${PROJECT_SOURCE_DIR}/bench/gpu_bench.cmake)
+
 # The test folders that hold the CUDA tests.
 foreach(dir common spec trainer)
   add_subdirectory(tests/${dir})

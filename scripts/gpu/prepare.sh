@@ -5,8 +5,9 @@
 #   .gpu/debs/    the Debian packages the harness build (-DSPECLOOP_GPU_HARNESS=ON) links
 #                 against and the machine's image lacks (it has CUDA, cmake, ninja, g++ and a
 #                 pip torch with its LibTorch);
-#   .gpu/shared/  the fixtures the CUDA tests and the smoke run read, laid out like ../shared
-#                 (run.sh points SPECLOOP_SHARED at it).
+#   .gpu/shared/  the fixtures the CUDA tests, the smoke run and gpu_bench read, laid out like
+#                 ../shared (run.sh points SPECLOOP_SHARED at it), and tools/widen_llama.py,
+#                 with which gpu_bench builds its large fixture there.
 # Adds .gpu/ to .git/info/exclude, so it never shows in `git status`, and prints the total:
 # .gpu and the working tree travel together under a 64 MiB limit.
 #
@@ -42,7 +43,7 @@ DEBS=(
 #     SpeculativeDecoder.RunsOnCuda, TrainingStep.OnCudaGivesTheCpusLossAndGradients, the
 #     smoke run of `specloop generate --device cuda`.
 MODELS=(target-6m draft-mix-1m)
-# prompts/<domain>.jsonl that SpeculativeDecoder.RunsOnCuda reads.
+# prompts/<domain>.jsonl that SpeculativeDecoder.RunsOnCuda and gpu_bench (python) read.
 PROMPTS=(python legal)
 ZOO=(llama3-draft qwen2-draft qwen3-draft mistral-draft qwen3-target)
 if [ $# -gt 0 ]; then
@@ -63,10 +64,15 @@ done
 for p in "${PROMPTS[@]}"; do
   [ -f "$SHARED/prompts/$p.jsonl" ] || die "no $SHARED/prompts/$p.jsonl"
 done
+# tools/ that run on the GPU machine: gpu_bench widens target-6m with this script.
+TOOLS=(widen_llama.py)
+for t in "${TOOLS[@]}"; do
+  [ -f "$SHARED/tools/$t" ] || die "no $SHARED/tools/$t"
+done
 
 # Fresh copies: a folder dropped from the lists must not travel on.
 rm -rf "$GPU/debs" "$GPU/shared"
-mkdir -p "$GPU/debs" "$GPU/shared/models/zoo" "$GPU/shared/prompts"
+mkdir -p "$GPU/debs" "$GPU/shared/models/zoo" "$GPU/shared/prompts" "$GPU/shared/tools"
 
 echo "prepare: downloading ${#DEBS[@]} packages into .gpu/debs"
 (cd "$GPU/debs" && apt-get download -q "${DEBS[@]}") ||
@@ -80,6 +86,7 @@ copy_model() {  # $1: folder under models/
 for m in "${MODELS[@]}"; do copy_model "$m"; done
 for z in ${ZOO[@]+"${ZOO[@]}"}; do copy_model "zoo/$z"; done
 for p in "${PROMPTS[@]}"; do cp "$SHARED/prompts/$p.jsonl" "$GPU/shared/prompts/"; done
+for t in "${TOOLS[@]}"; do cp "$SHARED/tools/$t" "$GPU/shared/tools/"; done
 chmod -R u+w "$GPU"   # the fixtures are read-only; the next run replaces the copies
 
 exclude=$(git -C "$ROOT" rev-parse --git-path info/exclude)
@@ -90,7 +97,7 @@ grep -qxF '.gpu/' "$exclude" 2>/dev/null || echo '.gpu/' >> "$exclude"
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 bytes() { du -sb "$@" | awk '{ s += $1 } END { print s + 0 }'; }
 echo "prepare: contents"
-for d in "$GPU/debs" "$GPU/shared/prompts" "$GPU/shared/models"/* "$GPU/shared/models/zoo"/*; do
+for d in "$GPU/debs" "$GPU/shared/prompts" "$GPU/shared/tools" "$GPU/shared/models"/* "$GPU/shared/models/zoo"/*; do
   [ "$d" = "$GPU/shared/models/zoo" ] && continue
   printf '  %6s MiB  %s\n' "$(mib "$(bytes "$d")")" "${d#"$ROOT"/}"
 done

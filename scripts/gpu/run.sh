@@ -9,17 +9,21 @@
 # checked to come from the prefix); build (only the CUDA checks' targets); cuda-tests
 # (`ctest -R Cuda`: a skipped test is a failure, the machine has a GPU); smoke (`specloop
 # generate` with a draft, greedy, on a golden prompt, on CUDA and on the CPU: both must give the
-# PyTorch reference's ids; scripts/gpu/smoke.py). A failed
+# PyTorch reference's ids; scripts/gpu/smoke.py); gpu-bench (bench/gpu_bench on SMOKE_DEVICE:
+# target-6m widened 16x, 1.2 B parameters, plain decoding at batch 1 / 16 against the card's
+# memory bandwidth, speculative with draft-mix-1m at k auto, which must equal plain). A failed
 # torch, deps, configure or build stops the phases after it; the others do not.
-# Writes into $OUT (default /tmp/gpu-out), six files: summary.txt (one line per phase and test,
-# then PASS or FAIL), run.log (everything printed), build.log (the compiler's output),
-# ctest.txt, generate-cuda.json and generate-cpu.json. Exit status 0 only if every phase passed.
+# Writes into $OUT (default /tmp/gpu-out), eight files: summary.txt (one line per phase and
+# test, then PASS or FAIL), run.log (everything printed), build.log (the compiler's output),
+# ctest.txt, generate-cuda.json, generate-cpu.json, gpu_bench.jsonl (its JSON lines) and
+# gpu_bench.log (its progress). Exit status 0 only if every phase passed.
 #
 # Environment overrides: OUT; TORCH_CMAKE_PREFIX (LibTorch's CMake prefix; default: the
 # torch of TORCH_PYTHON, /opt/torch/.venv/bin/python3, else python3); GPU_DEPS (the private
 # prefix, default /tmp/gpu-deps, replaced on each run); JOBS (default: all cores);
-# SMOKE_DEVICE (default cuda; cpu checks the smoke phase itself on a machine without a GPU);
-# TORCH_PYTHON.
+# SMOKE_DEVICE (default cuda; cpu checks the smoke and gpu-bench phases themselves on a machine
+# without a GPU); TORCH_PYTHON; GPU_BENCH_ARGS (more gpu_bench flags, e.g. "--widen 8 --reps 1";
+# default none); GPU_BENCH=0 leaves the gpu-bench phase out.
 set -uo pipefail
 
 ROOT=$(pwd)
@@ -35,12 +39,12 @@ SMOKE_DEVICE=${SMOKE_DEVICE:-cuda}
 SHARED=$ROOT/.gpu/shared
 # The targets that hold the CUDA checks (cmake/gpu_harness.cmake).
 TEST_BINARIES=(tests/common/engine_test tests/spec/spec_engine_test tests/trainer/trainer_test)
-TARGETS=(engine_test spec_engine_test trainer_test specloop)
+TARGETS=(engine_test spec_engine_test trainer_test specloop gpu_bench)
 
 mkdir -p "$OUT"
 LOG=$OUT/run.log
 SUMMARY=$OUT/summary.txt
-rm -f "$OUT"/{build.log,ctest.txt,generate-cpu.json,generate-cuda.json}
+rm -f "$OUT"/{build.log,ctest.txt,generate-cpu.json,generate-cuda.json,gpu_bench.jsonl,gpu_bench.log}
 : > "$LOG"
 : > "$SUMMARY"
 exec > >(tee -a "$LOG") 2>&1
@@ -198,6 +202,37 @@ smoke() {
   "$PY" "$ROOT/scripts/gpu/smoke.py" "$BUILD/serve/specloop" "$SHARED/models" "$SMOKE_DEVICE" "$OUT"
 }
 
+# bench/gpu_bench on SMOKE_DEVICE: it widens target-6m with .gpu/shared/tools/widen_llama.py,
+# which needs numpy: the first of the smoke run's Python, python3 and /usr/bin/python3 that has
+# it. Its JSON lines go to gpu_bench.jsonl, the figures also to the summary.
+gpu_bench() {
+  local py=""
+  for p in "$PY" python3 /usr/bin/python3; do
+    if "$p" -c 'import numpy' 2>/dev/null; then py=$p; break; fi
+  done
+  [ -n "$py" ] || { echo "no Python with numpy for widen_llama.py"; return 1; }
+  echo "widening with $py"
+  # shellcheck disable=SC2086  # GPU_BENCH_ARGS: separate flags
+  "$BUILD/bench/gpu_bench" --device "$SMOKE_DEVICE" --python "$py" --shared "$SHARED" \
+    ${GPU_BENCH_ARGS:-} > "$OUT/gpu_bench.jsonl" 2> "$OUT/gpu_bench.log"
+  local rc=$?
+  cat "$OUT/gpu_bench.log" "$OUT/gpu_bench.jsonl"
+  local line
+  while IFS= read -r line; do note "        $line"; done < <("$PY" - "$OUT/gpu_bench.jsonl" <<'PYEOF'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    p = r["params"]
+    where = ", ".join(f"{k} {p[k]}" for k in ("batch", "k", "name") if k in p)
+    print(f'{r["name"]}{" (" + where + ")" if where else ""}: {r["value"]:.4g} {r["unit"]}')
+PYEOF
+  )
+  return $rc
+}
+
 START=$(date +%s)
 if HEAD=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null); then
   HEAD="$HEAD, $(git -C "$ROOT" status --porcelain | wc -l) paths changed"
@@ -212,6 +247,7 @@ phase configure configure blocking
 phase build build blocking
 phase cuda-tests cuda_tests
 phase smoke smoke
+[ "${GPU_BENCH:-1}" = 0 ] || phase gpu-bench gpu_bench
 if [ "$FAILED" -eq 0 ]; then
   note "PASS  all ($(( $(date +%s) - START ))s)"
 else
