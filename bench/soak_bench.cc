@@ -1,7 +1,8 @@
 // Soak: `specloop up` (server + trainer publishing drafts) under N concurrent clients for a
 // long time. Every interval it prints JSON lines (name, params, value, unit): requests and
 // errors in the interval, p50/p99 latency, resident memory of the server and the trainer
-// (/proc/PID/statm), the served draft version, the server's replay buffer size and RocksDB
+// (/proc/PID/statm), the served draft version (each worker's /health, the lowest of them; with
+// several workers also each one's), the server's replay buffer size and RocksDB
 // memory (memtables, table readers, block cache, from /metrics); at the end a summary with the
 // RSS growth: the median RSS (5-s samples) over the last warm-up-long window against the
 // median over the window right after the warm-up, and the peak.
@@ -109,6 +110,28 @@ std::map<std::string, int> ChildPids(const std::string& log) {
     if (std::regex_search(line, m, r)) out[m[1].str()] = std::stoi(m[2].str());
   }
   return out;
+}
+
+// The serving workers' ports `up` prints ("serving on URL (proxy, ...) over workers URL URL
+// (status page ..."; one worker: "serving on URL (status page ..."); empty when absent.
+std::vector<int> WorkerPorts(const std::string& log) {
+  std::ifstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t on = line.find("serving on ");
+    const size_t status = line.find(" (status page", on == std::string::npos ? 0 : on);
+    if (on == std::string::npos || status == std::string::npos) continue;
+    std::string urls = line.substr(on, status - on);
+    const size_t over = urls.find(" over workers ");
+    if (over != std::string::npos) urls = urls.substr(over);
+    std::vector<int> ports;
+    static const std::regex port_re(":(\\d+)");
+    for (std::sregex_iterator it(urls.begin(), urls.end(), port_re), end; it != end; ++it) {
+      ports.push_back(std::stoi((*it)[1].str()));
+    }
+    return ports;
+  }
+  return {};
 }
 
 // The Redis address `up` prints ("records through Redis at HOST:PORT"); port 0 when absent.
@@ -395,12 +418,21 @@ int main(int argc, char** argv) {
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     const double rss_serve = RssMiB(ChildPid(log, "serve"));
     const double rss_train = RssMiB(ChildPid(log, "train"));
-    std::string health;
-    Get(port, "/health", &health);
-    std::smatch m;
+    // The draft version each worker serves (its /health; a fleet's proxy has none): the
+    // lowest of them, -1 when a worker's is unreadable.
     static const std::regex version_re("\"draft_version\":(\\d+)");
-    const double version =
-        std::regex_search(health, m, version_re) ? std::stod(m[1].str()) : -1;
+    std::vector<double> worker_versions;
+    for (int worker_port : WorkerPorts(log)) {
+      std::string health;
+      std::smatch m;
+      worker_versions.push_back(Get(worker_port, "/health", &health) &&
+                                        std::regex_search(health, m, version_re)
+                                    ? std::stod(m[1].str())
+                                    : -1);
+    }
+    const double version = worker_versions.empty()
+                               ? -1
+                               : *std::min_element(worker_versions.begin(), worker_versions.end());
     json p = params;
     p["interval"] = minute;
     p["elapsed_s"] = std::round(elapsed);
@@ -411,6 +443,11 @@ int main(int argc, char** argv) {
     Emit("soak_rss_serve", p, rss_serve, "MiB");
     Emit("soak_rss_train", p, rss_train, "MiB");
     Emit("soak_draft_version", p, version, "version");
+    for (size_t w = 0; worker_versions.size() > 1 && w < worker_versions.size(); ++w) {
+      json q = p;
+      q["worker"] = w + 1;
+      Emit("soak_worker_draft_version", q, worker_versions[w], "version");
+    }
     for (const auto& [name, pid] : ChildPids(log)) {
       json q = p;
       q["process"] = name;
