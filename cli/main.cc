@@ -4,8 +4,12 @@
 #include "cli/buffer_command.h"
 #include "cli/commands.h"
 #include "cli/train_command.h"
+#include "common/base/malloc_policy.h"
 
 int main(int argc, char** argv) {
+  // Before any thread starts: serve, train and up's children run for weeks, and large
+  // transient tensors must not stay in the heap (common/base/malloc_policy.h).
+  specloop::ApplyMallocPolicy();
   CLI::App app{"specloop: online adaptive speculative decoding"};
   app.require_subcommand(1);
   int exit_code = 0;
