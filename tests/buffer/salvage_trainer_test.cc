@@ -18,6 +18,7 @@
 #include "buffer/replay_reader.h"
 #include "common/observe/metrics.h"
 #include "tests/trainer/test_util.h"
+#include "tests/trainer/traffic_trainer_options.h"
 #include "trainer/trainer.h"
 
 namespace specloop {
@@ -64,15 +65,7 @@ class SalvageTrainer : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
 
   static trainer::TrainerOptions Options(const std::string& checkpoints) {
-    trainer::TrainerOptions o;
-    o.draft_dir = SharedDir() + "/models/draft-prose-1m";
-    o.buffer_dirs = {dir_->Sub("buffer")};
-    o.checkpoint_dir = checkpoints;
-    o.heldout_fraction = 0.25;
-    o.batch_records = 6;
-    o.adamw.lr = 1e-3;
-    o.seed = 7;
-    return o;
+    return testing::TrafficTrainerOptions(dir_->Sub("buffer"), checkpoints);
   }
 
   // What an independent reader finds: records read, and skipped by reason.

@@ -14,6 +14,7 @@
 #include "buffer/replay_logger.h"
 #include "common/channel/draft_channel.h"
 #include "tests/trainer/test_util.h"
+#include "tests/trainer/traffic_trainer_options.h"
 #include "trainer/synthetic_traffic.h"
 
 namespace specloop {
@@ -35,15 +36,8 @@ class TrainerLoopTest : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
 
   static TrainerOptions Options(const std::string& checkpoints) {
-    TrainerOptions o;
-    o.draft_dir = SharedDir() + "/models/draft-prose-1m";
-    o.buffer_dirs = {dir_->Sub("buffer")};
-    o.checkpoint_dir = checkpoints;
-    o.heldout_fraction = 0.25;
-    o.batch_records = 6;
-    o.adamw.lr = 1e-3;
+    TrainerOptions o = testing::TrafficTrainerOptions(dir_->Sub("buffer"), checkpoints);
     o.gate.min_domain_positions = 30;
-    o.seed = 7;
     return o;
   }
 
