@@ -87,19 +87,16 @@ BatchedAttention::BatchedAttention(const std::vector<AttentionInput>& inputs, in
   write_block_ = upload->Append(block);
   write_offset_ = upload->Append(offset);
 
-  if (pmax_ > 0) {  // the cached slots each sequence reads; padding reads its first slot
-    block.assign(seqs_ * pmax_, 0);
-    offset.assign(seqs_ * pmax_, 0);
+  if (pmax_ > 0) {  // the blocks of cached slots each sequence reads; padding reads its first
+    const int64_t nb = KVBlockPool::BlocksFor(pmax_);
+    block.assign(seqs_ * nb, 0);
     for (int64_t s = 0; s < seqs_; ++s) {
       const AttentionInput& in = inputs[s];
-      for (int64_t t = 0; t < pmax_; ++t) {
-        const int64_t slot = t < in.past ? t : 0;
-        block[s * pmax_ + t] = (*in.blocks)[slot / B];
-        offset[s * pmax_ + t] = slot % B;
+      for (int64_t i = 0; i < nb; ++i) {
+        block[s * nb + i] = (*in.blocks)[i < KVBlockPool::BlocksFor(in.past) ? i : 0];
       }
     }
     read_block_ = upload->Append(block);
-    read_offset_ = upload->Append(offset);
   }
 
   std::vector<int64_t> past(seqs_), q_pre(seqs_ * nmax_, 0), k_pre(seqs_ * nmax_, nmax_ + 1),
@@ -144,7 +141,6 @@ void BatchedAttention::Prepare(const IndexUpload& upload, const at::TensorOption
   at::Tensor seen = k_pre.le(q_pre).logical_and_(q_pre.lt(k_end));  // [seqs, nmax, nmax]
   if (pmax_ > 0) {
     read_block_t_ = upload.part(read_block_);
-    read_offset_t_ = upload.part(read_offset_);
     const at::Tensor past = upload.part(past_).view({seqs_, 1, 1});
     const at::Tensor cached = at::arange(pmax_, past.options()).view({1, 1, pmax_}).lt(past);
     seen = at::cat({cached.expand({seqs_, nmax_, pmax_}), seen}, 2);
@@ -161,21 +157,27 @@ at::Tensor BatchedAttention::Layer(const at::Tensor& storage, int64_t layer, con
   // The layer's slots, [blocks, kBlockTokens, 2, KVH, D] (a view of the pool).
   const at::Tensor slots = storage.select(1, layer).permute({0, 3, 1, 2, 4});
   const at::Tensor kv = at::stack({k, v}, 1).detach();  // [rows, 2, KVH, D]
-  slots.index_put_(Indices(write_block_t_, write_offset_t_), padded_ ? kv.index_select(0, rows_t_) : kv);
+  slots.index_put_(Indices(write_block_t_, write_offset_t_),
+                   padded_ ? kv.index_select(0, rows_t_) : kv);
 
   // The new tokens padded to [S, n, ...] (each sequence's rows repeat its last to fill).
   at::Tensor qn = padded_ ? q.index_select(0, pad_src_t_) : q;
   at::Tensor kn = padded_ ? k.index_select(0, pad_src_t_) : k;
   at::Tensor vn = padded_ ? v.index_select(0, pad_src_t_) : v;
-  at::Tensor keys = kn.reshape({S, n, KVH, D}), values = vn.reshape({S, n, KVH, D});
-  if (pmax_ > 0) {
-    const at::Tensor cached =
-        at::index(slots, Indices(read_block_t_, read_offset_t_)).view({S, pmax_, 2, KVH, D});
-    keys = at::cat({cached.select(2, 0), keys}, 1);  // [S, T, KVH, D]
-    values = at::cat({cached.select(2, 1), values}, 1);
+  at::Tensor keys = kn.view({S, n, KVH, D}).permute({0, 2, 1, 3});  // [S, KVH, n, D]
+  at::Tensor values = vn.view({S, n, KVH, D}).permute({0, 2, 1, 3});
+  if (pmax_ > 0) {  // the cached blocks, whole (one copy), then the new tokens after them
+    const int64_t nb = KVBlockPool::BlocksFor(pmax_), B = KVBlockPool::kBlockTokens;
+    const at::Tensor cached = storage.select(1, layer)
+                                  .index_select(0, read_block_t_)  // [S * nb, 2, KVH, B, D]
+                                  .view({S, nb, 2, KVH, B, D})
+                                  .permute({2, 0, 3, 1, 4, 5})
+                                  .reshape({2, S, KVH, nb * B, D})
+                                  .narrow(3, 0, pmax_);
+    keys = at::cat({cached[0], keys}, 2);  // [S, KVH, T, D]
+    values = at::cat({cached[1], values}, 2);
   }
-  keys = keys.permute({0, 2, 3, 1});   // [S, KVH, D, T]
-  values = values.permute({0, 2, 1, 3});  // [S, KVH, T, D]
+  keys = keys.transpose(2, 3);  // [S, KVH, D, T]
   // Queries grouped by their key/value head: [S, KVH, G * n, D], rows ordered (group, token).
   const at::Tensor qg =
       qn.reshape({S, n, KVH, G, D}).permute({0, 2, 3, 1, 4}).reshape({S, KVH, G * n, D});

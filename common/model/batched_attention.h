@@ -6,8 +6,8 @@
 // cached slots each sequence reads, the padding of the batch's queries to [sequences, nmax])
 // goes into one IndexUpload, moved to the device in one copy, from which Prepare() builds the
 // attention mask on the device. Per layer, Layer() then writes the layer's new keys and values
-// into the pool with one index_put_, gathers the batch's cached keys and values with one
-// indexing op into a padded [sequences, kv_heads, Pmax, head_dim], and runs one masked
+// into the pool with one index_put_, gathers the batch's cached blocks with one index_select
+// into a padded [sequences, kv_heads, Pmax, head_dim], and runs one masked
 // attention (matmul, softmax, matmul) over [cached prefix | new tokens] for every sequence and
 // head group together. No host loop runs per layer.
 //
@@ -84,14 +84,14 @@ class BatchedAttention {
   bool padded_ = false;  // the new-token counts differ, or the inputs are not every row
   // Part ids in the upload.
   int write_block_ = -1, write_offset_ = -1;  // [N]: where each new token's keys go
-  int read_block_ = -1, read_offset_ = -1;    // [seqs * pmax]: the cached slots read
+  int read_block_ = -1;  // [seqs * BlocksFor(pmax)]: the blocks of the cached slots read
   // [seqs * nmax]: the forward's row per padded row; [tokens_]: the padded row of each token;
   // [tokens_]: the forward's row of each token (when padded_).
   int pad_src_ = -1, unpad_ = -1, rows_ = -1;
   int past_ = -1;                             // [seqs]
   int q_pre_ = -1, k_pre_ = -1, k_end_ = -1;  // [seqs * nmax]: tree order, see Prepare()
   // Device tensors (Prepare()).
-  at::Tensor write_block_t_, write_offset_t_, read_block_t_, read_offset_t_, pad_src_t_,
+  at::Tensor write_block_t_, write_offset_t_, read_block_t_, pad_src_t_,
       unpad_t_, rows_t_;
   at::Tensor mask_;  // [seqs, 1, 1, nmax, pmax + nmax]: 0 or -inf
 };
