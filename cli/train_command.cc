@@ -341,8 +341,8 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--max-fall-below-best", t.gate.max_fall_below_best,
                   "gate: most a domain's alpha may lie below the best draft served there "
-                  "(same held-out records), whatever the gain")
-      ->check(CLI::Range(0.0, 1.0))
+                  "(same held-out records), whatever the gain; < 0: no such rule")
+      ->check(CLI::Range(-1.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--below-best-floor-boost", t.below_best_floor_boost,
                   "online: replay floor multiplier of a domain the gate refused a candidate "

@@ -114,7 +114,7 @@ GateDecision DecideGate(const GateOptions& o, const AlphaEstimate& live,
       return d;
     }
   }
-  if (best != nullptr) {
+  if (best != nullptr && o.max_fall_below_best >= 0) {
     for (const auto& [domain, c] : candidate.domains) {
       auto it = best->domains.find(domain);
       if (it == best->domains.end() || c.positions < o.min_domain_positions) continue;

@@ -47,6 +47,7 @@ TEST(BelowBest, ALostDomainStaysBelowItsBestAfterAPublishAndIsReplayedMore) {
   o.adamw.lr = 1e-2;  // forgets fast
   o.warmup_steps = 0;
   o.gate.min_domain_positions = 30;
+  o.gate.max_fall_below_best = 0.02;  // off by default
   o.seed = 7;
   std::unique_ptr<Trainer> t;
   s = Trainer::Open(o, nullptr, &t);

@@ -153,7 +153,15 @@ TEST(PublishGate, RecordsNotPositionsAreTheIndependentDraws) {
   EXPECT_NE(d.detail.find("standard errors 0.03"), std::string::npos) << d.detail;
 }
 
+// The below-best rule at 0.02 (off by default).
+GateOptions BelowBestOn() {
+  GateOptions o;
+  o.max_fall_below_best = 0.02;
+  return o;
+}
+
 TEST(PublishGate, BelowBestRefusesWhateverTheGain) {
+  const GateOptions on = BelowBestOn();
   // Traffic is all on c, which gains 0.2: python (idle) falls 0.025 below the live draft,
   // within the tolerance (0.03, widened to the gain): without a best, published.
   const AlphaEstimate live = Make({{"c", 0.2}, {"python", 0.5}});
@@ -162,7 +170,7 @@ TEST(PublishGate, BelowBestRefusesWhateverTheGain) {
   EXPECT_TRUE(DecideGate({}, live, cand, traffic).publish);
   // The best served on python is the live draft: 0.025 below it is beyond 0.02.
   const AlphaEstimate best = Make({{"c", 0.2}, {"python", 0.5}});
-  GateDecision d = DecideGate({}, live, cand, traffic, &best);
+  GateDecision d = DecideGate(on, live, cand, traffic, &best);
   EXPECT_FALSE(d.publish);
   EXPECT_EQ(d.reason, "below_best");
   EXPECT_EQ(d.below_best, std::vector<std::string>{"python"});
@@ -170,38 +178,41 @@ TEST(PublishGate, BelowBestRefusesWhateverTheGain) {
             std::string::npos)
       << d.detail;
   // Within the allowance: published, nothing listed.
-  d = DecideGate({}, live, Make({{"c", 0.4}, {"python", 0.485}}), traffic, &best);
+  d = DecideGate(on, live, Make({{"c", 0.4}, {"python", 0.485}}), traffic, &best);
   EXPECT_TRUE(d.publish) << d.detail;
   EXPECT_TRUE(d.below_best.empty());
-  // The allowance is an option.
-  GateOptions loose;
+  // The allowance is an option; off by default (the same candidate is published).
+  GateOptions loose = on;
   loose.max_fall_below_best = 0.03;
   EXPECT_TRUE(DecideGate(loose, live, cand, traffic, &best).publish);
+  EXPECT_TRUE(DecideGate({}, live, cand, traffic, &best).publish);
 }
 
 TEST(PublishGate, FallsBelowTheBestAddUpOverVersions) {
+  const GateOptions on = BelowBestOn();
   // The live draft already lies 0.015 below python's best (published within the allowance); a
   // candidate 0.015 below the live draft passes against it but lies 0.03 below the best.
   const AlphaEstimate best = Make({{"c", 0.3}, {"docs", 0.6}, {"python", 0.5}});
   const AlphaEstimate live = Make({{"c", 0.3}, {"docs", 0.6}, {"python", 0.485}});
   const AlphaEstimate cand = Make({{"c", 0.5}, {"docs", 0.57}, {"python", 0.47}});
   EXPECT_TRUE(DecideGate({}, live, cand).publish);
-  const GateDecision d = DecideGate({}, live, cand, {}, &best);
+  const GateDecision d = DecideGate(on, live, cand, {}, &best);
   EXPECT_EQ(d.reason, "below_best") << d.detail;
   // Every domain beyond the allowance, in name order.
   EXPECT_EQ(d.below_best, (std::vector<std::string>{"docs", "python"}));
   // A domain with too few positions to judge alone is not listed.
   AlphaEstimate small = cand;
   small.domains["python"].positions = 10;
-  EXPECT_EQ(DecideGate({}, live, small, {}, &best).below_best,
+  EXPECT_EQ(DecideGate(on, live, small, {}, &best).below_best,
             std::vector<std::string>{"docs"});
   // A large fall against the live draft keeps its own reason.
-  EXPECT_EQ(DecideGate({}, live, Make({{"c", 0.5}, {"docs", 0.3}, {"python", 0.5}}), {}, &best)
+  EXPECT_EQ(DecideGate(on, live, Make({{"c", 0.5}, {"docs", 0.3}, {"python", 0.5}}), {}, &best)
                 .reason,
             "domain_regression");
 }
 
 TEST(PublishGate, AFallBelowTheBestWithinItsNoiseIsNotRefused) {
+  const GateOptions on = BelowBestOn();
   // python 0.1 below its best on average, all of it in half of the records (AddRecords, the
   // best draft in the live draft's place there); the live draft is as low as the candidate,
   // so only the best can refuse it. Four records of 50 positions: 2 standard errors (0.115)
@@ -212,7 +223,7 @@ TEST(PublishGate, AFallBelowTheBestWithinItsNoiseIsNotRefused) {
     AddRecords(&best, &cand, "python", records, 50);
     const AlphaEstimate live = Make({{"c", 0.5}, {"python", 0.6}});
     EXPECT_TRUE(DecideGate({}, live, cand).publish);
-    const GateDecision d = DecideGate({}, live, cand, {}, &best);
+    const GateDecision d = DecideGate(on, live, cand, {}, &best);
     if (records == 4) {
       EXPECT_TRUE(d.publish) << d.detail;
     } else {
