@@ -3,7 +3,7 @@
 // do-no-harm case) / draft-mix-1m, `--threads` compute threads (default 0: every core, as
 // `specloop serve`), `--dtype` of the target's weights) over loopback HTTP, closed-loop clients at
 // concurrency 1, 4 and 16, each sending completions (prompts from every domain, sampled at
-// temperature 0.8) back to back. Four modes: speculation auto with logging, speculation off
+// `--temperature`, default 0.8) back to back. Four modes: speculation auto with logging, speculation off
 // (k = 0) with logging, auto with logging off, and off with logging off. Logging's own cost is
 // "serve_logging_overhead_plain" (off against off_nolog); "serve_logging_overhead" (auto
 // against auto_nolog) also holds any change in auto's choice of k. Each run starts a fresh
@@ -19,7 +19,12 @@
 // Also the mean speculation length of the timed part (draft tokens per step), the machine's read
 // bandwidth, and plain decoding's throughput at each concurrency over one client
 // ("serve_off_scaling": one batched forward streams the weights once for every sequence).
-// Usage: serve_bench [--shared DIR] [--target NAME] [--threads N] [--dtype D] [--reps N]
+// `--dtype` and `--temperature` take comma-separated lists: every combination runs in each
+// repetition, interleaved with the modes (ratios are per combination). `--modes` runs only the
+// named modes (default auto,off,auto_nolog,off_nolog; also off_twin and auto_twin, copies of
+// off and auto whose ratio to their twin shows the run's noise: "serve_twin_ratio").
+// Usage: serve_bench [--shared DIR] [--target NAME] [--threads N] [--dtype D[,D]] [--reps N]
+//                    [--temperature T[,T]] [--modes M[,M]]
 //                    [--requests N] [--tokens N] [--warmup N]
 //                    [--concurrency N (default: 1, 4 and 16)] [--prefix-caching 0|1]
 //                    [--prompt-lookup 1 (adds the mode auto_lookup: auto with prompt lookup)]
@@ -108,8 +113,8 @@ double ProcessCpuSeconds(pid_t pid) {
 // One stack, `concurrency` clients, `requests` requests per client.
 // `warmup` untimed requests per client first (different prompts' seeds, same mix).
 RunResult RunOnce(const std::string& shared, const std::string& target_name,
-                  const std::string& dtype, const Mode& mode, int concurrency, int requests,
-                  int warmup, int tokens,
+                  const std::string& dtype, double temperature, const Mode& mode,
+                  int concurrency, int requests, int warmup, int tokens,
                   const std::vector<std::pair<std::string, std::string>>& prompts) {
   const std::string target_dir = shared + "/models/" + target_name;
   std::unique_ptr<LlamaModel> target, draft;
@@ -204,7 +209,7 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
         for (int r = 0; r < n; ++r) {
           const auto& [domain, prompt] = prompts[(c * n + r) % prompts.size()];
           json req = {{"prompt", prompt},  {"max_tokens", tokens},
-                      {"temperature", 0.8}, {"seed", seed_base + c * 1000 + r},
+                      {"temperature", temperature}, {"seed", seed_base + c * 1000 + r},
                       {"domain", domain},   {"ignore_eos", true}};
           const auto r0 = Clock::now();
           auto res = cli.Post("/v1/completions", req.dump(), "application/json");
@@ -317,16 +322,42 @@ void BenchFillTopK() {
 }  // namespace
 }  // namespace specloop
 
+namespace {
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace specloop;
-  std::string shared = SPECLOOP_SHARED_DIR, target = "target-wide-46m", dtype = "auto";
+  std::vector<std::string> dtypes = {"auto"}, mode_names;
+  std::vector<double> temperatures = {0.8};
+  std::string shared = SPECLOOP_SHARED_DIR, target = "target-wide-46m";
   int reps = 5, requests = 0, tokens = 64, warmup = 4, threads = 0;
   bool lookup_mode = false, tree_mode = false, ship_mode = false;
   std::vector<int> concurrencies = {1, 4, 16};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--shared")) shared = argv[i + 1];
     if (!std::strcmp(argv[i], "--target")) target = argv[i + 1];
-    if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
+    if (!std::strcmp(argv[i], "--dtype")) dtypes = SplitList(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--modes")) mode_names = SplitList(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--temperature")) {
+      temperatures.clear();
+      for (const std::string& t : SplitList(argv[i + 1])) {
+        char* end = nullptr;
+        const double v = std::strtod(t.c_str(), &end);
+        if (end == t.c_str() || *end != '\0' || !(v >= 0)) {
+          std::cerr << "serve_bench: --temperature takes numbers >= 0, got '" << t << "'\n";
+          return 2;
+        }
+        temperatures.push_back(v);
+      }
+    }
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--requests")) requests = std::atoi(argv[i + 1]);
@@ -370,73 +401,104 @@ int main(int argc, char** argv) {
     modes.push_back({"auto_ship", -1, true, false, false, true});
     modes.push_back({"off_ship", 0, true, false, false, true});
   }
-  double off_at_one = 0;  // plain decoding's throughput at one client, when measured
+  if (!mode_names.empty()) {
+    std::vector<Mode> all = modes, chosen;
+    all.push_back({"off_twin", 0, true});
+    all.push_back({"auto_twin", -1, true});
+    for (const std::string& name : mode_names) {
+      auto it = std::find_if(all.begin(), all.end(), [&](const Mode& m) { return m.name == name; });
+      if (it == all.end()) {
+        std::cerr << "serve_bench: unknown mode '" << name << "'\n";
+        return 2;
+      }
+      chosen.push_back(*it);
+    }
+    modes = chosen;
+  }
+  auto has = [&](const std::string& name) {
+    return std::any_of(modes.begin(), modes.end(), [&](const Mode& m) { return m.name == name; });
+  };
+  if (dtypes.empty() || temperatures.empty()) {
+    std::cerr << "serve_bench: --dtype and --temperature need at least one value\n";
+    return 2;
+  }
+  // Plain decoding's throughput at one client per dtype and temperature, when measured.
+  std::map<std::pair<std::string, double>, double> off_at_one;
   for (int conc : concurrencies) {
     const int per_client = requests > 0 ? requests : std::max(4, 64 / conc);
-    std::map<std::string, std::vector<RunResult>> runs;  // mode -> one result per repetition
+    // (dtype, temperature) -> mode -> one result per repetition
+    std::map<std::pair<std::string, double>, std::map<std::string, std::vector<RunResult>>> runs;
     for (int r = 0; r < reps; ++r) {
+      for (const std::string& dtype : dtypes) {
+        for (const double temperature : temperatures) {
+          for (const Mode& m : modes) {
+            runs[{dtype, temperature}][m.name].push_back(RunOnce(shared, target, dtype,
+                                                                 temperature, m, conc,
+                                                                 per_client, warmup, tokens,
+                                                                 mixed));
+          }
+        }
+      }
+    }
+    for (auto& [combo, by_mode] : runs) {
+      const auto& [dtype, temperature] = combo;
       for (const Mode& m : modes) {
-        runs[m.name].push_back(
-            RunOnce(shared, target, dtype, m, conc, per_client, warmup, tokens, mixed));
+        std::vector<double> t, p50, p99, k_mean, tree_share, ship_cores;
+        for (const RunResult& rr : by_mode[m.name]) {
+          k_mean.push_back(rr.k_mean);
+          tree_share.push_back(rr.tree_share);
+          ship_cores.push_back(rr.ship_cores);
+          t.push_back(rr.tokens_per_second);
+          p50.push_back(rr.p50);
+          p99.push_back(rr.p99);
+        }
+        const json params = {{"mode", m.name},
+                             {"target", target},
+                             {"dtype", dtype},
+                             {"temperature", temperature},
+                             {"threads", threads},
+                             {"concurrency", conc},
+                             {"max_tokens", tokens},
+                             {"requests_per_client", per_client},
+                             {"warmup_per_client", warmup},
+                             {"reps", reps}};
+        Emit("serve_throughput", params, Median(t), "tokens/s");
+        Emit("serve_latency_p50", params, Median(p50), "s");
+        Emit("serve_latency_p99", params, Median(p99), "s");
+        Emit("serve_k_mean", params, Median(k_mean), "tokens");
+        if (m.tree) Emit("serve_tree_share", params, Median(tree_share), "fraction of steps");
+        if (m.ship) Emit("serve_ship_cpu", params, Median(ship_cores), "cores");
+        if (m.name == "off" && conc == 1) off_at_one[combo] = Median(t);
+        if (m.name == "off" && conc > 1 && off_at_one.count(combo)) {
+          Emit("serve_off_scaling", params, Median(t) / off_at_one[combo], "x one client");
+        }
       }
-    }
-    for (const Mode& m : modes) {
-      std::vector<double> t, p50, p99, k_mean, tree_share, ship_cores;
-      for (const RunResult& rr : runs[m.name]) {
-        k_mean.push_back(rr.k_mean);
-        tree_share.push_back(rr.tree_share);
-        ship_cores.push_back(rr.ship_cores);
-        t.push_back(rr.tokens_per_second);
-        p50.push_back(rr.p50);
-        p99.push_back(rr.p99);
-      }
-      const json params = {{"mode", m.name},
-                           {"target", target},
-                           {"dtype", dtype},
-                           {"threads", threads},
-                           {"concurrency", conc},
-                           {"max_tokens", tokens},
-                           {"requests_per_client", per_client},
-                           {"warmup_per_client", warmup},
-                           {"reps", reps}};
-      Emit("serve_throughput", params, Median(t), "tokens/s");
-      Emit("serve_latency_p50", params, Median(p50), "s");
-      Emit("serve_latency_p99", params, Median(p99), "s");
-      Emit("serve_k_mean", params, Median(k_mean), "tokens");
-      if (m.tree) Emit("serve_tree_share", params, Median(tree_share), "fraction of steps");
-      if (m.ship) Emit("serve_ship_cpu", params, Median(ship_cores), "cores");
-      if (m.name == "off" && conc == 1) off_at_one = Median(t);
-      if (m.name == "off" && conc > 1 && off_at_one > 0) {
-        Emit("serve_off_scaling", params, Median(t) / off_at_one, "x one client");
-      }
-    }
-    std::vector<double> auto_over_off, overhead, overhead_plain, lookup_over_auto, tree_over_auto,
-        ship_over_auto, ship_over_off;
-    for (int r = 0; r < reps; ++r) {
-      const double a = runs["auto"][r].tokens_per_second;
-      if (lookup_mode) lookup_over_auto.push_back(runs["auto_lookup"][r].tokens_per_second / a);
-      if (tree_mode) tree_over_auto.push_back(runs["auto_tree"][r].tokens_per_second / a);
-      if (ship_mode) {
-        ship_over_auto.push_back(runs["auto_ship"][r].tokens_per_second / a);
-        ship_over_off.push_back(runs["off_ship"][r].tokens_per_second /
-                                runs["off"][r].tokens_per_second);
-      }
-      auto_over_off.push_back(a / runs["off"][r].tokens_per_second);
-      overhead.push_back(1.0 - a / runs["auto_nolog"][r].tokens_per_second);
-      overhead_plain.push_back(1.0 - runs["off"][r].tokens_per_second /
-                                         runs["off_nolog"][r].tokens_per_second);
-    }
-    const json params = {{"concurrency", conc}, {"reps", reps}};
-    Emit("serve_auto_over_off", params, Median(auto_over_off), "ratio");
-    Emit("serve_logging_overhead", params, Median(overhead), "fraction");
-    // The same at k = 0 in both: logging's own cost, apart from any choice of k it moves.
-    Emit("serve_logging_overhead_plain", params, Median(overhead_plain), "fraction");
-    if (lookup_mode) Emit("serve_lookup_over_auto", params, Median(lookup_over_auto), "ratio");
-    if (tree_mode) Emit("serve_tree_over_auto", params, Median(tree_over_auto), "ratio");
-    if (ship_mode) {
-      Emit("serve_ship_over_auto", params, Median(ship_over_auto), "ratio");
+      // Per repetition, the ratio of two modes' throughputs, when both ran: their median, and
+      // their smallest and largest in "min" / "max".
+      auto ratio = [&](const std::string& name, const std::string& a, const std::string& b,
+                       bool overhead) {
+        if (!has(a) || !has(b)) return;
+        std::vector<double> v;
+        for (int r = 0; r < reps; ++r) {
+          const double x = by_mode[a][r].tokens_per_second / by_mode[b][r].tokens_per_second;
+          v.push_back(overhead ? 1.0 - x : x);
+        }
+        json params = {{"concurrency", conc}, {"dtype", dtype}, {"temperature", temperature},
+                       {"reps", reps}, {"min", *std::min_element(v.begin(), v.end())},
+                       {"max", *std::max_element(v.begin(), v.end())}};
+        Emit(name, params, Median(v), overhead ? "fraction" : "ratio");
+      };
+      ratio("serve_auto_over_off", "auto", "off", false);
+      ratio("serve_logging_overhead", "auto", "auto_nolog", true);
+      // The same at k = 0 in both: logging's own cost, apart from any choice of k it moves.
+      ratio("serve_logging_overhead_plain", "off", "off_nolog", true);
+      ratio("serve_twin_ratio", "off_twin", "off", false);
+      ratio("serve_auto_twin_ratio", "auto_twin", "auto", false);
+      ratio("serve_lookup_over_auto", "auto_lookup", "auto", false);
+      ratio("serve_tree_over_auto", "auto_tree", "auto", false);
+      ratio("serve_ship_over_auto", "auto_ship", "auto", false);
       // The same at k = 0 in both: shipping's own cost, apart from any choice of k it moves.
-      Emit("serve_ship_over_off", params, Median(ship_over_off), "ratio");
+      ratio("serve_ship_over_off", "off_ship", "off", false);
     }
   }
   return 0;
