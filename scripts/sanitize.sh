@@ -31,8 +31,9 @@ case "$mode" in
              fleet_front_proxy_test fuzz_targets)
     # Calibrated for uninstrumented speed (ASan runs the writer 2-3x slower): a count of SIGKILLs
     # that land after progress, and a size band under a write load. Their memory safety is
-    # covered by the rest of buffer_test; the normal suite runs them.
-    filter=(-E '_NOT_BUILT$|CrashSafety.SigkillAtRandomMoments|Retention.HoldsConfiguredSizeWithinTenPercent')
+    # covered by the rest of buffer_test; the normal suite runs them. gpu_bench_cpu_smoke runs a
+    # bench, which is not among the targets above.
+    filter=(-E '_NOT_BUILT$|CrashSafety.SigkillAtRandomMoments|Retention.HoldsConfiguredSizeWithinTenPercent|^gpu_bench_cpu_smoke$')
     ;;
   tsan)
     dir=build-tsan sanitize=thread
