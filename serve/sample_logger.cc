@@ -1,5 +1,7 @@
 #include "serve/sample_logger.h"
 
+#include <algorithm>
+
 #include <c10/core/InferenceMode.h>
 
 namespace specloop {
@@ -26,6 +28,16 @@ size_t SampleLogger::pending() const {
   return jobs_.size();
 }
 
+size_t SampleLogger::pending_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_bytes_;
+}
+
+size_t SampleLogger::peak_pending_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_pending_bytes_;
+}
+
 std::shared_ptr<SampleLogger::Trace> SampleLogger::Begin(const std::string& domain,
                                                          const std::string& request_id,
                                                          uint64_t draft_version,
@@ -43,15 +55,29 @@ std::shared_ptr<SampleLogger::Trace> SampleLogger::Begin(const std::string& doma
 }
 
 void SampleLogger::Push(Job job) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!job.finish) {
-      if (pending_steps_ + job.steps() > options_.max_pending_steps) {
+  if (!job.finish) {
+    if (!job.rows.defined()) {
+      steps_dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    job.bytes = static_cast<size_t>(job.rows.numel()) * sizeof(float);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pending_steps_ + job.steps() > options_.max_pending_steps ||
+          pending_bytes_ + job.bytes > options_.max_pending_bytes) {
         steps_dropped_.fetch_add(job.steps(), std::memory_order_relaxed);
-        return;  // `job` (and its view of the logits) is released here
+        return;  // the caller's rows are released here, never copied
       }
       pending_steps_ += job.steps();
+      pending_bytes_ += job.bytes;
+      peak_pending_bytes_ = std::max(peak_pending_bytes_, pending_bytes_);
     }
+    // Outside the lock (one producer: nothing is pushed between the reservation and here).
+    job.rows = job.rows.to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true,
+                           at::MemoryFormat::Contiguous);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     jobs_.push_back(std::move(job));
   }
   cv_.notify_one();
@@ -102,7 +128,7 @@ void SampleLogger::WorkerLoop() {
     }
     RecordBuilder& builder = job.trace->builder;
     if (!job.finish) {
-      const at::Tensor rows = job.rows.to(at::kCPU, at::kFloat).contiguous();
+      const at::Tensor& rows = job.rows;  // Push's contiguous float32 CPU copy
       const int num_rows = rows.dim() == 2 ? static_cast<int>(rows.size(0)) : -1;
       const int vocab = rows.dim() == 2 ? static_cast<int>(rows.size(1)) : 0;
       const Status s =
@@ -112,7 +138,9 @@ void SampleLogger::WorkerLoop() {
                                        job.step.num_accepted, rows.data_ptr<float>(), num_rows,
                                        vocab);
       if (!s.ok()) steps_dropped_.fetch_add(job.steps(), std::memory_order_relaxed);
-      job.rows = at::Tensor();  // let the batch's logits go
+      job.rows = at::Tensor();  // the rows are freed: they no longer count
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_bytes_ -= job.bytes;
     } else {
       Record record;
       if (builder.Finish(std::move(job.tokens), &record).ok()) {

@@ -2,19 +2,23 @@
 // (buffer/record.h) written through the asynchronous ReplayLogger.
 //
 // The scheduler thread does the cheap part: per step it hands over the draft tokens, the
-// number accepted, the start position and a view of the target's k + 1 logits rows (no copy;
-// the view keeps the batch's logits tensor alive until the worker is done with it), and at the
-// end of the request the final tokens; per prompt chunk of the prefill, the rows of the prompt
-// positions it computed (AddPromptRows). A worker thread does the rest off the decoding path:
+// number accepted, the start position and the target's k + 1 logits rows, and at the end of
+// the request the final tokens; per prompt chunk of the prefill, the rows of the prompt
+// positions it computed (AddPromptRows). A queued step holds a contiguous float32 CPU copy of
+// its own rows only (never a view that would keep a whole batch's logits alive), so what the
+// queue holds is what it counts. A worker thread does the rest off the decoding path:
 // log-softmax at temperature 1, the top-K ids and log-probs (fp16), the tail mass, and the
 // ReplayLogger::Log() of the finished record. Records are built by buffer/record_builder.h
 // (top-K with ties toward lower ids, fp16 log-probs, tail mass, prompt rows as k = 0 steps),
 // the builder synthetic traffic uses too.
 //
-// Never blocks the caller: past `max_pending_steps` queued steps a step is dropped (the record
-// is still written, without that step) and counted (prompt rows count a step each, and a
-// chunk's rows are kept or dropped together); so is a step the builder refuses (rows not
-// k + 1, num_accepted > k, prompt rows outside the prompt). ReplayLogger drops are counted there.
+// Never blocks the caller: a step that would take the queue past `max_pending_steps` steps or
+// past `max_pending_bytes` bytes of rows is dropped before it is copied (the record is still
+// written, without that step; what is already queued is kept) and counted in steps_dropped()
+// (prompt rows count a step each, and a chunk's rows are kept or dropped together, so a chunk
+// larger than the byte cap is always dropped); so is a step the builder refuses (rows not
+// k + 1, num_accepted > k, prompt rows outside the prompt) or whose rows are undefined.
+// ReplayLogger drops are counted there.
 //
 // Thread safety: Begin/AddStep/AddPromptRows/Finish from one thread (the scheduler); stats from any.
 #pragma once
@@ -41,6 +45,10 @@ struct SampleLoggerOptions {
   int top_k = 64;
   // Most steps queued for the worker; more are dropped. Default: 2048.
   size_t max_pending_steps = 2048;
+  // Most bytes of rows queued for the worker (4 bytes a vocabulary entry a row); a step that
+  // would go past it is dropped. Bounds the queue's memory whatever the vocabulary: 64 MiB
+  // holds ~450 steps of k = 8 at vocab 4096, ~14 at vocab 128k. Default: 64 MiB.
+  size_t max_pending_bytes = size_t{64} << 20;
   // Worker id and target id stamped on every record.
   uint32_t worker_id = 0;
   std::string target_id;
@@ -82,13 +90,18 @@ class SampleLogger {
   uint64_t records_refused() const { return records_refused_.load(); }
   // Steps and records waiting for the worker.
   size_t pending() const;
+  // Bytes of rows held by queued steps (a step's count until the worker has built it), and the
+  // most it has held at once since construction.
+  size_t pending_bytes() const;
+  size_t peak_pending_bytes() const;
 
  private:
   struct Job {
     std::shared_ptr<Trace> trace;
     bool finish = false;
     SpecStep step;       // start_pos, draft tokens, num_accepted; RecordBuilder adds the rest
-    at::Tensor rows;     // step rows
+    at::Tensor rows;     // step rows: the caller's until queued, then this job's own copy
+    size_t bytes = 0;    // what the copy of `rows` holds (counted in pending_bytes_)
     bool prompt = false;  // rows are prompt positions from step.start_pos on, a step each
     // Steps it makes (what max_pending_steps counts): a prompt job's rows hold as much as
     // that many steps of one row.
@@ -106,6 +119,8 @@ class SampleLogger {
   std::condition_variable cv_;
   std::deque<Job> jobs_;  // GUARDED_BY(mu_)
   size_t pending_steps_ = 0;  // GUARDED_BY(mu_)
+  size_t pending_bytes_ = 0;  // GUARDED_BY(mu_)
+  size_t peak_pending_bytes_ = 0;  // GUARDED_BY(mu_)
   bool stop_ = false;         // GUARDED_BY(mu_)
   std::thread worker_;
 };

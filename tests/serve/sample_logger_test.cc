@@ -1,6 +1,7 @@
 #include "serve/sample_logger.h"
 
 #include <chrono>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -139,6 +140,108 @@ TEST(SampleLogger, CountsWhatTheRecordBuilderRefuses) {
   EXPECT_EQ(got[0].request_id, "cmpl-4");
   ASSERT_EQ(got[0].steps.size(), 1u);
   EXPECT_EQ(got[0].steps[0].draft_tokens, (std::vector<int32_t>{20}));
+}
+
+
+// A queued step holds a copy of its own rows, not a view of the batch it came from: the batch's
+// storage is the caller's alone once AddStep returns, and the queue counts only the step's rows.
+TEST(SampleLogger, QueuedStepsHoldOnlyTheirOwnRows) {
+  serve_test::TempDir dir;
+  std::unique_ptr<ReplayLogger> logger;
+  ASSERT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), dir.path(), &logger).ok());
+  {
+    SampleLoggerOptions o;
+    o.top_k = 4;
+    SampleLogger sl(logger.get(), o);
+    auto trace = sl.Begin("c", "cmpl-6", 0, SamplingParams(), {1, 10, 11});
+    const at::Tensor batch = at::randn({16 * 3, 4096});  // 16 sequences' 3 rows each
+    sl.AddStep(trace, 3, {20, 21}, 1, batch.narrow(0, 3, 3));
+    EXPECT_EQ(batch.storage().use_count(), 1u);
+    EXPECT_EQ(sl.peak_pending_bytes(), size_t{3 * 4096 * 4});
+    sl.Finish(trace, {1, 10, 11, 20, 30});
+  }
+  ASSERT_TRUE(logger->Close().ok());
+  const std::vector<Record> got = serve_test::ReadRecords(dir.path());
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].steps.size(), 1u);
+  EXPECT_EQ(got[0].steps[0].topk_ids.size(), 12u);
+}
+
+// The byte cap's traffic: a prompt of 10 tokens whose 9 prompt rows come as one chunk, then
+// `steps` plain (k = 0) steps of one row, at vocab 4096 (16 KiB a row), as fast as the caller
+// can push them; max_pending_steps is out of the way.
+struct ByteCapRun {
+  uint64_t dropped = 0;
+  size_t peak_bytes = 0;
+  size_t bytes_after_drain = 0;
+  std::vector<Record> records;
+};
+constexpr int kByteCapSteps = 3000;
+constexpr size_t kRowBytes = 4096 * sizeof(float);
+constexpr size_t kByteCap = 4 * kRowBytes;  // less than the prompt chunk's 9 rows
+
+ByteCapRun RunByteCapTraffic(size_t max_pending_bytes) {
+  ByteCapRun run;
+  serve_test::TempDir dir;
+  std::unique_ptr<ReplayLogger> logger;
+  EXPECT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), dir.path(), &logger).ok());
+  {
+    SampleLoggerOptions o;
+    o.top_k = 8;
+    o.max_pending_steps = 1u << 30;
+    o.max_pending_bytes = max_pending_bytes;
+    SampleLogger sl(logger.get(), o);
+    std::vector<int> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    auto trace = sl.Begin("c", "cmpl-7", 0, SamplingParams(), tokens);
+    const at::Tensor rows = at::randn({kByteCapSteps, 4096});
+    sl.AddPromptRows(trace, 1, at::randn({9, 4096}));
+    for (int i = 0; i < kByteCapSteps; ++i) {
+      sl.AddStep(trace, static_cast<uint32_t>(tokens.size()), {}, 0, rows.narrow(0, i, 1));
+      tokens.push_back(100 + i % 50);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (sl.pending_bytes() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    run.bytes_after_drain = sl.pending_bytes();
+    sl.Finish(trace, tokens);
+    run.dropped = sl.steps_dropped();
+    run.peak_bytes = sl.peak_pending_bytes();
+  }
+  EXPECT_TRUE(logger->Close().ok());
+  run.records = serve_test::ReadRecords(dir.path());
+  return run;
+}
+
+// Past max_pending_bytes a step is dropped and counted (the 9-row prompt chunk always: it is
+// larger than the cap alone), the queue never holds more than the cap, and every step that was
+// queued is in the record, in order.
+TEST(SampleLogger, ByteCapDropsAndCountsStepsPastItAndKeepsWhatIsQueued) {
+  const ByteCapRun run = RunByteCapTraffic(kByteCap);
+  EXPECT_GE(run.dropped, 9u);
+  EXPECT_LE(run.peak_bytes, kByteCap);
+  EXPECT_EQ(run.bytes_after_drain, 0u);
+  ASSERT_EQ(run.records.size(), 1u);
+  const Record& r = run.records[0];
+  EXPECT_EQ(ValidateRecord(r), "");
+  EXPECT_EQ(r.steps.size() + run.dropped, static_cast<size_t>(9 + kByteCapSteps));
+  for (size_t i = 0; i < r.steps.size(); ++i) {
+    EXPECT_GE(r.steps[i].start_pos, 10u);  // the prompt chunk was dropped whole
+    if (i > 0) {
+      EXPECT_GT(r.steps[i].start_pos, r.steps[i - 1].start_pos);
+    }
+  }
+}
+
+// The companion: the same traffic with no byte cap drops nothing and its queue goes past
+// kByteCap (the prompt chunk alone does), so the test above fails if the cap is ignored.
+TEST(SampleLogger, ByteCapCompanionWithoutTheCapTheQueueGoesPastIt) {
+  const ByteCapRun run = RunByteCapTraffic(std::numeric_limits<size_t>::max());
+  EXPECT_EQ(run.dropped, 0u);
+  EXPECT_GT(run.peak_bytes, kByteCap);
+  ASSERT_EQ(run.records.size(), 1u);
+  EXPECT_EQ(run.records[0].steps.size(), static_cast<size_t>(9 + kByteCapSteps));
+  EXPECT_EQ(run.records[0].steps[0].start_pos, 1u);
 }
 
 }  // namespace
