@@ -1,0 +1,42 @@
+#include "common/spec/tensor_topk.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <tuple>
+
+namespace specloop {
+namespace spec {
+
+Status TopKLogProbs(const at::Tensor& logits, int top_k, TopKTensors* out) {
+  *out = TopKTensors();
+  if (!logits.defined() || logits.dim() != 2 || logits.size(1) < 1 ||
+      !at::isFloatingType(logits.scalar_type())) {
+    return Status::InvalidArgument("logits must be [R, V >= 1] floating");
+  }
+  if (top_k <= 0) return Status::InvalidArgument("top_k must be positive");
+  const at::ScalarType ftype = logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor x = logits.to(ftype);
+  const int64_t R = x.size(0), V = x.size(1);
+  const int64_t K = std::min<int64_t>(top_k, V);
+  const at::Tensor key = at::where(at::isnan(x), at::full_like(x, -INFINITY), x);
+  // A stable descending sort keeps equal keys in id order: ties toward the lower id.
+  at::Tensor order = std::get<1>(at::sort(key, /*stable=*/true, /*dim=*/1, /*descending=*/true))
+                         .narrow(1, 0, K);
+  const at::Tensor lse = at::logsumexp(key, 1, /*keepdim=*/true);
+  at::Tensor lp = x.gather(1, order) - lse;
+  const at::Tensor kept = lp.to(at::kDouble).exp().sum(1);
+  out->tail_mass = (1.0 - kept).clamp(0.0, 1.0).to(at::kFloat);
+  if (K < top_k) {
+    order = at::cat({order, at::zeros({R, top_k - K}, order.options())}, 1);
+    lp = at::cat({lp, at::full({R, top_k - K}, -INFINITY, lp.options())}, 1);
+  }
+  out->ids = order;
+  out->logprobs = lp.to(at::kFloat);
+  return Status::OK();
+}
+
+}  // namespace spec
+}  // namespace specloop
