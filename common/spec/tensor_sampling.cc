@@ -1,0 +1,77 @@
+#include "common/spec/tensor_sampling.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <string>
+#include <tuple>
+
+namespace specloop {
+namespace spec {
+
+Status ProcessedProbsTensor(const at::Tensor& logits, const std::vector<SamplingParams>& params,
+                            at::Tensor* probs) {
+  *probs = at::Tensor();
+  if (!logits.defined() || logits.dim() != 3 || logits.size(2) < 1 ||
+      !at::isFloatingType(logits.scalar_type())) {
+    return Status::InvalidArgument("logits must be [B, R, V >= 1] floating");
+  }
+  const int64_t B = logits.size(0), V = logits.size(2);
+  if (static_cast<int64_t>(params.size()) != B) {
+    return Status::InvalidArgument("need one SamplingParams per sequence: " +
+                                   std::to_string(params.size()) + " for " + std::to_string(B));
+  }
+  at::Tensor host = at::empty({B, 3}, at::kDouble);
+  double* h = host.data_ptr<double>();
+  for (int64_t b = 0; b < B; ++b) {
+    const std::string bad = params[b].Validate();
+    if (!bad.empty()) return Status::InvalidArgument("sequence " + std::to_string(b) + ": " + bad);
+    h[b * 3 + 0] = params[b].temperature;
+    h[b * 3 + 1] = params[b].top_k;
+    h[b * 3 + 2] = params[b].top_p;  // float widened, as the host's target
+  }
+  const at::Tensor ctl = host.to(logits.device()).view({B, 3, 1, 1});  // the one upload
+  const at::Tensor t = ctl.select(1, 0), k = ctl.select(1, 1), top_p = ctl.select(1, 2);
+  const at::Tensor greedy = t <= 0;  // [B, 1, 1]
+  const at::Tensor x = logits.to(at::kFloat);
+  const at::Tensor key = at::where(at::isnan(x), at::full_like(x, -INFINITY), x);
+  const at::Tensor mx = key.amax(2, /*keepdim=*/true);
+
+  // Temperature (divide by T, as the host: 0 / tiny T stays 0).
+  const at::Tensor tt = at::where(greedy, at::ones_like(t), t).to(at::kFloat);
+  const at::Tensor e = at::exp((x - mx) / tt);
+  const at::Tensor inv = (1.0 / e.to(at::kDouble).sum(2, /*keepdim=*/true)).to(at::kFloat);
+  const at::Tensor p = e * inv;
+
+  // Top-k, then top-p, over the sorted probabilities.
+  at::Tensor sorted, order;
+  std::tie(sorted, order) = at::sort(p, /*stable=*/true, /*dim=*/2, /*descending=*/true);
+  const at::Tensor rank = at::arange(V, ctl.options()).view({1, 1, V});
+  const at::Tensor use_k = (k > 0) & (k < V), use_p = top_p < 1.0;
+  const at::Tensor in_k = ~use_k | (rank < k);                 // [B, 1, V]
+  const at::Tensor sorted_d = sorted.to(at::kDouble) * in_k;   // top-k set, others 0
+  const at::Tensor cum = sorted_d.cumsum(2);
+  const at::Tensor kept_mass =
+      at::where(use_k, cum.narrow(2, V - 1, 1), at::ones_like(cum.narrow(2, V - 1, 1)));
+  const at::Tensor reach = (cum >= top_p * kept_mass) & in_k;
+  // Ranks before the first that reaches the target (V where none does: keep the whole set).
+  const at::Tensor lead = (~reach).to(at::kLong).cumprod(2).sum(2, /*keepdim=*/true);
+  const at::Tensor in_p = ~use_p | (rank <= lead);
+  const at::Tensor keep = in_k & in_p;
+  const at::Tensor kinv =
+      (1.0 / (sorted_d * keep).sum(2, /*keepdim=*/true)).to(at::kFloat);
+  const at::Tensor cut = at::zeros_like(p).scatter(
+      2, order, at::where(keep, sorted * kinv, at::zeros_like(sorted)));
+  at::Tensor out = at::where(use_k | use_p, cut, p);
+
+  // Greedy rows: one-hot on the argmax (lowest id on ties; all NaN: 0).
+  const at::Tensor ids = at::arange(V, order.options()).view({1, 1, V});
+  at::Tensor best = at::where(x == mx, ids, at::full_like(ids, V)).amin(2, /*keepdim=*/true);
+  best = at::where(best == V, at::zeros_like(best), best);
+  const at::Tensor onehot = (ids == best).to(at::kFloat);
+  *probs = at::where(greedy, onehot, out);
+  return Status::OK();
+}
+
+}  // namespace spec
+}  // namespace specloop
