@@ -274,6 +274,19 @@ Status ReplayReader::Read(size_t dir_index, std::string_view key, Record* record
   return s.IsCorruption() ? Status::NotFound("damaged record: " + s.ToString()) : s;
 }
 
+Status ReplayReader::CountUndecodableRecord(size_t dir_index, std::string_view key) {
+  if (dir_index >= dirs_.size()) {
+    return Status::InvalidArgument("no buffer directory " + std::to_string(dir_index));
+  }
+  if (key.size() != kRecordKeySize) {
+    return Status::InvalidArgument("not a record key (" + std::to_string(key.size()) +
+                                   " bytes, a record key has " +
+                                   std::to_string(kRecordKeySize) + ")");
+  }
+  CountUndecodable(dir_index, key);
+  return Status::OK();
+}
+
 Status ReplayReader::Scan(const ScanOptions& options, const Visitor& visit) {
   return ScanKeyed(options, [&](size_t dir, std::string_view, const Record& r) {
     return visit(dir, r);

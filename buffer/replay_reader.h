@@ -96,6 +96,12 @@ class ReplayReader {
   // decode; counted in records_skipped(), the message says "damaged record"), so a caller that
   // skips vanished records skips damaged ones too.
   Status Read(size_t dir_index, std::string_view key, Record* record);
+  // For a caller of ScanEncoded() that decodes the bytes itself and finds they do not decode:
+  // counts the record at `key` of directory `dir_index` (as ScanEncoded() passed them) under
+  // "undecodable" in records_skipped(), once per record however often it is met (as Scan()
+  // and Read() count one), without reading it again. InvalidArgument for a directory index
+  // out of range or a key that is no record key (buffer/keys.h).
+  Status CountUndecodableRecord(size_t dir_index, std::string_view key);
 
   // Replaces *batch with options.batch_size records drawn as SampleOptions describes, using
   // `rng` (the same catalog, options and seed give the same batch). NotFound when no record

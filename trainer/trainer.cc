@@ -159,8 +159,8 @@ Status Trainer::ScanNew(std::vector<Record>* train) {
   Status s = reader_->ScanEncoded(so, [&](size_t dir, std::string_view key,
                                           std::string_view data) {
     if (!DecodeRecord(data, &r).ok()) {
-      Record damaged;
-      (void)reader_->Read(dir, key, &damaged);  // counts it in records_skipped()
+      // Counted in records_skipped(); cannot fail for a key ScanEncoded() passed.
+      (void)reader_->CountUndecodableRecord(dir, key);
       return true;
     }
     newest = std::max(newest, r.time_us + 1);

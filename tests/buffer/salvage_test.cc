@@ -337,6 +337,57 @@ TEST_F(Salvage, GarbageRecord) {
   EXPECT_TRUE(VerifyBuffer(tmp_.Sub("repaired"), &clean).ok());
 }
 
+// A ScanEncoded() caller that decodes the bytes itself (the trainer's ScanNew) counts the
+// record that does not decode through CountUndecodableRecord(): once, however often it is met,
+// and the same record met by Scan() is not counted again. Without the call nothing is counted
+// (ScanEncoded() does not decode), so the count comes from it.
+TEST_F(Salvage, ScanEncodedCallerCountsAnUndecodableRecordOnce) {
+  const Record& victim = records_[77];
+  const std::string key = RecordKey(victim.time_us, victim.worker_id, 77);
+  {
+    std::unique_ptr<ReplayBuffer> buf;
+    ASSERT_TRUE(ReplayBuffer::Open(BufferOptions(), dir_, &buf).ok());
+    std::string garbage = Encoded(victim);
+    garbage[garbage.size() / 2] ^= 0x40;
+    ASSERT_TRUE(buf->db()->Put(rocksdb::WriteOptions(), buf->records_cf(), key, garbage).ok());
+  }
+  std::unique_ptr<ReplayReader> reader;
+  ASSERT_TRUE(ReplayReader::Open(ReaderOptions(), {dir_}, &reader).ok());
+  const uint64_t decoded_before = reader->records_decoded();
+  auto scan = [&](bool count, int* bad, int* good) {
+    *bad = *good = 0;
+    Record r;
+    return reader->ScanEncoded(ScanOptions(), [&](size_t dir, std::string_view k,
+                                                  std::string_view data) {
+      if (DecodeRecord(data, &r).ok()) {
+        ++*good;
+        return true;
+      }
+      ++*bad;
+      EXPECT_EQ(k, key);
+      if (count) EXPECT_TRUE(reader->CountUndecodableRecord(dir, k).ok());
+      return true;
+    });
+  };
+  int bad = 0, good = 0;
+  ASSERT_TRUE(scan(false, &bad, &good).ok());
+  EXPECT_EQ(bad, 1);
+  EXPECT_EQ(good, kRecords - 1);
+  EXPECT_EQ(reader->records_skipped()["undecodable"], 0u);  // the companion: nothing counted
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(scan(true, &bad, &good).ok());
+    EXPECT_EQ(bad, 1);
+    EXPECT_EQ(reader->records_skipped()["undecodable"], 1u);
+  }
+  EXPECT_EQ(reader->records_decoded(), decoded_before);  // counted without reading it again
+  ASSERT_TRUE(reader->Scan(ScanOptions(), [](size_t, const Record&) { return true; }).ok());
+  EXPECT_EQ(reader->records_skipped()["undecodable"], 1u);
+  EXPECT_EQ(reader->records_skipped()["damaged_block"], 0u);
+  EXPECT_TRUE(reader->CountUndecodableRecord(1, key).IsInvalidArgument());
+  EXPECT_TRUE(reader->CountUndecodableRecord(0, "short").IsInvalidArgument());
+  EXPECT_EQ(reader->records_skipped()["undecodable"], 1u);
+}
+
 // A crash image of a buffer whose records are only in its WAL: `image` holds the directory
 // as a killed writer would leave it, *wal the WAL's path, (*wal_end)[i] its size after write i.
 void WalImage(const std::string& dir, const std::string& image,
