@@ -22,7 +22,8 @@
 // `--dtype` and `--temperature` take comma-separated lists: every combination runs in each
 // repetition, interleaved with the modes (ratios are per combination). `--modes` runs only the
 // named modes (default auto,off,auto_nolog,off_nolog; also off_twin and auto_twin, copies of
-// off and auto whose ratio to their twin shows the run's noise: "serve_twin_ratio").
+// off and auto whose ratio to their twin shows the run's noise: "serve_twin_ratio"; and k1 ..
+// k8, a fixed speculation length (`--k N`), each with its ratio to off: "serve_fixed_over_off_kN").
 // Usage: serve_bench [--shared DIR] [--target NAME] [--threads N] [--dtype D[,D]] [--reps N]
 //                    [--temperature T[,T]] [--modes M[,M]]
 //                    [--requests N] [--tokens N] [--warmup N]
@@ -405,6 +406,7 @@ int main(int argc, char** argv) {
     std::vector<Mode> all = modes, chosen;
     all.push_back({"off_twin", 0, true});
     all.push_back({"auto_twin", -1, true});
+    for (int k = 1; k <= 8; ++k) all.push_back({"k" + std::to_string(k), k, true});
     for (const std::string& name : mode_names) {
       auto it = std::find_if(all.begin(), all.end(), [&](const Mode& m) { return m.name == name; });
       if (it == all.end()) {
@@ -494,6 +496,9 @@ int main(int argc, char** argv) {
       ratio("serve_logging_overhead_plain", "off", "off_nolog", true);
       ratio("serve_twin_ratio", "off_twin", "off", false);
       ratio("serve_auto_twin_ratio", "auto_twin", "auto", false);
+      for (int k = 1; k <= 8; ++k) {
+        ratio("serve_fixed_over_off_k" + std::to_string(k), "k" + std::to_string(k), "off", false);
+      }
       ratio("serve_lookup_over_auto", "auto_lookup", "auto", false);
       ratio("serve_tree_over_auto", "auto_tree", "auto", false);
       ratio("serve_ship_over_auto", "auto_ship", "auto", false);

@@ -17,6 +17,10 @@ bool StepCostTable::Curve::empty() const {
   return std::all_of(weight_.begin(), weight_.end(), [](double w) { return w <= 0; });
 }
 
+int64_t StepCostTable::Curve::Age(int size) const {
+  return clock_ - last_[Nearest(std::max(size, 1))];
+}
+
 size_t StepCostTable::Curve::Nearest(int size) const {
   auto it = std::lower_bound(grid_.begin(), grid_.end(), size);
   if (it == grid_.end()) return grid_.size() - 1;

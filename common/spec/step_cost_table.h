@@ -80,6 +80,12 @@ class StepCostTable {
   double CatchUpSeconds(int64_t tokens) const;
   // Whether a target forward is known (a proposer with no draft model costs nothing to draft).
   bool ready() const { return !target_.empty(); }
+  // Target forwards observed since one of about `rows` rows (one counting at the same grid
+  // size) was last observed: how stale TargetSeconds(rows, .) is. A size never observed is
+  // as old as every observation.
+  int64_t TargetAge(int rows) const { return target_.Age(rows); }
+  // Target forwards observed so far (the clock TargetAge counts in).
+  int64_t TargetObservations() const { return target_.clock(); }
 
   // Seconds as a decayed mean over a grid of sizes (see the header comment).
   class Curve {
@@ -88,6 +94,8 @@ class StepCostTable {
     void Observe(int size, double seconds);
     double Seconds(int size) const;  // 0 while nothing is measured
     bool empty() const;
+    int64_t Age(int size) const;  // observations of any size since this size's grid point's last
+    int64_t clock() const { return clock_; }  // observations of any size
 
    private:
     size_t Nearest(int size) const;
