@@ -64,13 +64,24 @@ Status ProcessedProbsTensor(const at::Tensor& logits, const std::vector<Sampling
       2, order, at::where(keep, sorted * kinv, at::zeros_like(sorted)));
   at::Tensor out = at::where(use_k | use_p, cut, p);
 
-  // Greedy rows: one-hot on the argmax (lowest id on ties; all NaN: 0).
+  // Greedy rows: one-hot on the argmax.
   const at::Tensor ids = at::arange(V, order.options()).view({1, 1, V});
-  at::Tensor best = at::where(x == mx, ids, at::full_like(ids, V)).amin(2, /*keepdim=*/true);
-  best = at::where(best == V, at::zeros_like(best), best);
-  const at::Tensor onehot = (ids == best).to(at::kFloat);
+  const at::Tensor onehot = (ids == ArgmaxLowestId(x).unsqueeze(2)).to(at::kFloat);
   *probs = at::where(greedy, onehot, out);
   return Status::OK();
+}
+
+at::Tensor ArgmaxLowestId(const at::Tensor& scores) {
+  const int64_t d = scores.dim() - 1;
+  const at::Tensor key = at::where(at::isnan(scores), at::full_like(scores, -INFINITY), scores);
+  // at::argmax returns the first of equal maxima (its documented tie rule, on CPU and CUDA).
+  const at::Tensor best = key.argmax(d);
+  // Where the maximum is -inf the row holds only -inf and NaN: the first -inf, else 0.
+  const at::Tensor top = key.gather(d, best.unsqueeze(d)).squeeze(d);
+  const at::Tensor ninf = scores == -INFINITY;
+  const at::Tensor first_ninf = ninf.to(at::kByte).argmax(d);
+  return at::where(top == -INFINITY, at::where(ninf.any(d), first_ninf, at::zeros_like(best)),
+                   best);
 }
 
 }  // namespace spec

@@ -28,5 +28,10 @@ namespace spec {
 Status ProcessedProbsTensor(const at::Tensor& logits, const std::vector<SamplingParams>& params,
                             at::Tensor* probs);
 
+// common/base/sampling.h's Argmax along the last dimension: the index of the largest value,
+// lowest index on ties, NaN never the largest (below -inf), 0 for a row of NaNs.
+//   scores: [..., V] floating; returns [...] int64 on its device
+at::Tensor ArgmaxLowestId(const at::Tensor& scores);
+
 }  // namespace spec
 }  // namespace specloop

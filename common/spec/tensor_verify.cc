@@ -6,6 +6,8 @@
 #include <limits>
 #include <string>
 
+#include "common/spec/tensor_sampling.h"
+
 namespace specloop {
 namespace spec {
 namespace {
@@ -195,13 +197,7 @@ Status VerifyChainGreedyTensors(const at::Tensor& target_scores, const at::Tenso
   SPECLOOP_RETURN_IF_ERROR(ReadCounts(control, B, K, 1, &unused));
   const at::Tensor n =
       control.select(1, 0).to(target_scores.device(), /*non_blocking=*/false).to(at::kLong);
-  // Argmax, lowest id on ties, NaN never the maximum (as common/base/sampling.h's Argmax).
-  const at::Tensor s = target_scores;
-  const at::Tensor key = at::where(at::isnan(s), at::full_like(s, -INFINITY), s);
-  const at::Tensor top = key.amax(2, /*keepdim=*/true);
-  const at::Tensor ids = at::arange(V, n.options()).view({1, 1, V});
-  at::Tensor best = at::where(s == top, ids, at::full_like(ids, V)).amin(2);  // [B, K + 1]
-  best = at::where(best == V, at::zeros_like(best), best);  // every entry NaN: 0
+  const at::Tensor best = ArgmaxLowestId(target_scores);  // [B, K + 1]
 
   const at::Tensor tokens = draft_tokens.to(at::kLong);
   const at::Tensor drafted = Drafted(n, K);

@@ -90,6 +90,28 @@ TEST(TensorSampling, EqualsProcessedDistribution) {
   EXPECT_LE(support_differs * 1000, rows);
 }
 
+// Exact, on ties, NaNs and -infs, including rows of only NaN and -inf.
+TEST(TensorSampling, ArgmaxLowestIdEqualsArgmax) {
+  Rng rng(12);
+  const int R = 400, V = 9;
+  std::vector<float> x(R * V);
+  for (float& e : x) {
+    const double u = rng.Uniform();
+    e = u < 0.15 ? NAN : u < 0.3 ? -INFINITY : u < 0.35 ? INFINITY : static_cast<float>(static_cast<int>(u * 8));
+  }
+  const float special[][V] = {{NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN},
+                              {NAN, -INFINITY, NAN, -INFINITY, NAN, NAN, NAN, NAN, NAN},
+                              {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                               -INFINITY, -INFINITY, NAN}};
+  for (int r = 0; r < 3; ++r) std::copy(special[r], special[r] + V, x.begin() + r * V);
+  const at::Tensor got =
+      ArgmaxLowestId(at::from_blob(x.data(), {R / 4, 4, V}, at::kFloat)).contiguous().view({R});
+  for (int r = 0; r < R; ++r) {
+    ASSERT_EQ(got[r].item<int64_t>(), Argmax(x.data() + r * V, V)) << "row " << r;
+  }
+  EXPECT_EQ(got[1].item<int64_t>(), 1);
+}
+
 TEST(TensorSampling, BadInputIsInvalidArgument) {
   at::Tensor probs;
   SamplingParams bad;
