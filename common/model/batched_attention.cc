@@ -147,46 +147,52 @@ void BatchedAttention::Prepare(const IndexUpload& upload, const at::TensorOption
   }
   mask_ = at::zeros(seen.sizes(), act)
               .masked_fill_(seen.logical_not(), -std::numeric_limits<float>::infinity())
-              .view({seqs_, 1, 1, nmax_, pmax_ + nmax_});
+              .view({1, seqs_, 1, nmax_, pmax_ + nmax_});
 }
 
 at::Tensor BatchedAttention::Layer(const at::Tensor& storage, int64_t layer, const at::Tensor& q,
                                    const at::Tensor& k, const at::Tensor& v, double scale) const {
   const int64_t S = seqs_, n = nmax_, H = heads_, KVH = kv_heads_, D = head_dim_;
-  const int64_t G = H / KVH, T = pmax_ + n;
+  const int64_t G = H / KVH, P = pmax_, T = pmax_ + n;
   // The layer's slots, [blocks, kBlockTokens, 2, KVH, D] (a view of the pool).
   const at::Tensor slots = storage.select(1, layer).permute({0, 3, 1, 2, 4});
   const at::Tensor kv = at::stack({k, v}, 1).detach();  // [rows, 2, KVH, D]
   slots.index_put_(Indices(write_block_t_, write_offset_t_),
                    padded_ ? kv.index_select(0, rows_t_) : kv);
 
-  // The new tokens padded to [S, n, ...] (each sequence's rows repeat its last to fill).
-  at::Tensor qn = padded_ ? q.index_select(0, pad_src_t_) : q;
-  at::Tensor kn = padded_ ? k.index_select(0, pad_src_t_) : k;
-  at::Tensor vn = padded_ ? v.index_select(0, pad_src_t_) : v;
-  at::Tensor keys = kn.view({S, n, KVH, D}).permute({0, 2, 1, 3});  // [S, KVH, n, D]
-  at::Tensor values = vn.view({S, n, KVH, D}).permute({0, 2, 1, 3});
-  if (pmax_ > 0) {  // the cached blocks, whole (one copy), then the new tokens after them
-    const int64_t nb = KVBlockPool::BlocksFor(pmax_), B = KVBlockPool::kBlockTokens;
-    const at::Tensor cached = storage.select(1, layer)
-                                  .index_select(0, read_block_t_)  // [S * nb, 2, KVH, B, D]
-                                  .view({S, nb, 2, KVH, B, D})
-                                  .permute({2, 0, 3, 1, 4, 5})
-                                  .reshape({2, S, KVH, nb * B, D})
-                                  .narrow(3, 0, pmax_);
-    keys = at::cat({cached[0], keys}, 2);  // [S, KVH, T, D]
-    values = at::cat({cached[1], values}, 2);
-  }
-  keys = keys.transpose(2, 3);  // [S, KVH, D, T]
-  // Queries grouped by their key/value head: [S, KVH, G * n, D], rows ordered (group, token).
+  // The new tokens padded to [S, n, ...] (each sequence's rows repeat its last to fill), batched
+  // (kv head, sequence): the order in which the cached keys and values are gathered below.
+  const at::Tensor qn = padded_ ? q.index_select(0, pad_src_t_) : q;
+  const at::Tensor kn = padded_ ? k.index_select(0, pad_src_t_) : k;
+  const at::Tensor vn = padded_ ? v.index_select(0, pad_src_t_) : v;
+  // Queries grouped by their key/value head: [KVH, S, G * n, D], rows ordered (group, token).
   const at::Tensor qg =
-      qn.reshape({S, n, KVH, G, D}).permute({0, 2, 3, 1, 4}).reshape({S, KVH, G * n, D});
-  at::Tensor scores = at::matmul(qg, keys);  // [S, KVH, G * n, T]
+      qn.reshape({S, n, KVH, G, D}).permute({2, 0, 3, 1, 4}).reshape({KVH, S, G * n, D});
+  const at::Tensor keys = kn.view({S, n, KVH, D}).permute({2, 0, 3, 1});    // [KVH, S, D, n]
+  const at::Tensor values = vn.view({S, n, KVH, D}).permute({2, 0, 1, 3});  // [KVH, S, n, D]
+  at::Tensor scores = at::matmul(qg, keys);  // [KVH, S, G * n, n]
+  at::Tensor cached;  // [2, KVH, S, P, D]: keys and values of the cached slots (constants)
+  if (P > 0) {
+    // One copy of the cached blocks, straight into the layout the matmuls read: the pool's
+    // layer as [2, KVH, blocks, kBlockTokens, D] indexed on its block dimension. Slots past a
+    // sequence's length are masked out; they hold finite values (the pool zeroes new blocks).
+    const int64_t nb = KVBlockPool::BlocksFor(P), B = KVBlockPool::kBlockTokens;
+    c10::List<c10::optional<at::Tensor>> blocks;
+    blocks.push_back(c10::nullopt);
+    blocks.push_back(c10::nullopt);
+    blocks.push_back(read_block_t_);
+    cached = at::index(storage.select(1, layer).permute({1, 2, 0, 3, 4}), blocks)
+                 .view({2, KVH, S, nb * B, D})
+                 .narrow(3, 0, P);
+    // Only the scores are joined, [cached | new]: keys and values are never concatenated.
+    scores = at::cat({at::matmul(qg, cached[0].transpose(2, 3)), scores}, 3);  // [.., G n, T]
+  }
   scores.mul_(scale);
-  at::Tensor masked = scores.view({S, KVH, G, n, T});
-  masked.add_(mask_);
-  at::Tensor o = at::matmul(at::softmax(scores, -1), values);  // [S, KVH, G * n, D]
-  o = o.view({S, KVH, G, n, D}).permute({0, 3, 1, 2, 4}).reshape({S * n, H * D});
+  scores.view({KVH, S, G, n, T}).add_(mask_);
+  const at::Tensor probs = at::softmax(scores, -1);
+  at::Tensor o = at::matmul(probs.narrow(3, P, n), values);  // [KVH, S, G * n, D]
+  if (P > 0) o = o + at::matmul(probs.narrow(3, 0, P), cached[1]);
+  o = o.view({KVH, S, G, n, D}).permute({1, 3, 0, 2, 4}).reshape({S * n, H * D});
   return padded_ ? o.index_select(0, unpad_t_) : o;
 }
 

@@ -6,10 +6,12 @@
 // cached slots each sequence reads, the padding of the batch's queries to [sequences, nmax])
 // goes into one IndexUpload, moved to the device in one copy, from which Prepare() builds the
 // attention mask on the device. Per layer, Layer() then writes the layer's new keys and values
-// into the pool with one index_put_, gathers the batch's cached blocks with one index_select
-// into a padded [sequences, kv_heads, Pmax, head_dim], and runs one masked
-// attention (matmul, softmax, matmul) over [cached prefix | new tokens] for every sequence and
-// head group together. No host loop runs per layer.
+// into the pool with one index_put_, gathers the batch's cached blocks with one indexing op
+// into [2, kv_heads, sequences, Pmax, head_dim] (the one copy of the cached keys and values),
+// and runs one masked attention for every sequence and head group together, in two parts:
+// the scores of the cached keys and of the new keys, joined ([cached | new]: only this
+// [.., nmax, Pmax + nmax] tensor is concatenated), one softmax over both, and the output as
+// probs_cached x values_cached + probs_new x values_new. No host loop runs per layer.
 //
 // Keys and values: a sequence attends to its cached positions [0, past) read from the pool, and
 // to this forward's new keys and values taken from the layer's activations (the same values the
@@ -19,7 +21,9 @@
 // Masks: query j of a sequence sees every cached position, and new token i when i is j or an
 // ancestor of j (a chain: i <= j; a tree: ForwardInput::parents). Padded queries and keys are
 // masked so that no row is empty (padded queries see the sequence's first new token), so no
-// NaN arises even in rows that are dropped.
+// NaN arises even in rows that are dropped. Masked keys and values are read all the same (whole
+// blocks): this relies on the pool's never-written slots being finite (KVBlockPool zeroes a
+// block when it first hands it out).
 #pragma once
 
 #include <cstdint>
@@ -93,7 +97,7 @@ class BatchedAttention {
   // Device tensors (Prepare()).
   at::Tensor write_block_t_, write_offset_t_, read_block_t_, pad_src_t_,
       unpad_t_, rows_t_;
-  at::Tensor mask_;  // [seqs, 1, 1, nmax, pmax + nmax]: 0 or -inf
+  at::Tensor mask_;  // [1, seqs, 1, nmax, pmax + nmax]: 0 or -inf
 };
 
 }  // namespace specloop

@@ -44,6 +44,10 @@ bool KVBlockPool::Allocate(int64_t n, std::vector<int32_t>* out) {
     Grow(std::max(allocated_ + fresh, 2 * allocated_));
   }
   if (fresh > 0) {
+    // Zeroed, so that a block's slots never written hold finite values: the batched ATen
+    // attention reads whole blocks and masks the unwritten slots out, which garbage would
+    // defeat (NaN or infinity times a zero weight is NaN).
+    storage_.narrow(0, allocated_, fresh).zero_();
     // They join the free list, last ones first (so the lowest ids go out first: memory is
     // touched in order).
     meta_.resize(allocated_ + fresh);

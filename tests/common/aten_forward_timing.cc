@@ -2,13 +2,17 @@
 //   [--reps 10] [--threads 1]
 // The ATen forward (LlamaModel's GPU and training forward) on the CPU: the time of a batched
 // verification forward (every sequence `block` new tokens after `past` cached ones, all
-// logits) through LlamaModel::Forward's batched attention (common/model/batched_attention.h)
-// against the per-sequence forward it replaced (below: a host loop per sequence and layer, the
-// new keys and values copied block by block, each sequence's cache gathered with index_select,
-// its own bmm / softmax / bmm), in alternating rounds of one run. Prints one JSON line per
-// round and a summary (median and range of old / new); times are the thread's CPU time at
-// --threads 1, else wall time. Also checks that both give the same
-// log-probs (1e-4). Not a ctest test: a timing on a shared machine is not a pass / fail.
+// logits) in three arms run in rotating order within each round of one run:
+//   new:     LlamaModel::Forward's batched attention (common/model/batched_attention.h);
+//   old:     the per-sequence forward it replaced (below: a host loop per sequence and layer,
+//            the new keys and values copied block by block, each sequence's cache gathered with
+//            index_select, its own bmm / softmax / bmm);
+//   kernels: the CPU kernels' forward (llama_forward_cpu.cc) on the same caches, the reference
+//            arm: the ATen arms' times over it compare across builds and runs.
+// Prints one JSON line per round and a summary per ratio (median, min and max over rounds);
+// times are the thread's CPU time at --threads 1, else wall time. Also checks that the three
+// give the same log-probs (1e-4). Not a ctest test: a timing on a shared machine is not a
+// pass / fail.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -218,44 +222,62 @@ int Main(int argc, char** argv) {
     blocks.emplace_back(ids.begin() + past, ids.end());
     verify.push_back({&caches[i], blocks.back(), true, {}, {}});
   }
-  m->Forward(prefill);  // the shared prefix both forwards read
+  m->Forward(prefill);  // the shared prefix every arm reads
   const std::vector<int64_t> pasts(seqs, past);
-  auto run_new = [&] {
+  auto run_model = [&](bool kernels) {
+    m->set_use_small_cpu_path(kernels);
     at::Tensor out = m->Forward(verify);
     for (KVCache& c : caches) c.Truncate(past);
     return out;
   };
-  auto run_old = [&] { return old.Forward(ptrs, pasts, blocks); };
-  const double diff =
-      (at::log_softmax(run_new(), -1) - at::log_softmax(run_old(), -1)).abs().max().item<double>();
+  enum Arm { kOld, kNew, kKernels, kArms };
+  const char* names[kArms] = {"old", "new", "kernels"};
+  auto run = [&](int arm) {
+    return arm == kOld ? old.Forward(ptrs, pasts, blocks) : run_model(arm == kKernels);
+  };
+  const at::Tensor want = at::log_softmax(run(kKernels), -1);
+  double diff = 0;
+  for (int arm : {kOld, kNew}) {
+    diff = std::max(diff, (at::log_softmax(run(arm), -1) - want).abs().max().item<double>());
+  }
   std::printf("{\"name\": \"aten_forward_agreement\", \"value\": %.3g, \"unit\": "
-              "\"max |log-prob diff|\"}\n",
+              "\"max |log-prob diff| against the kernels\"}\n",
               diff);
   if (!(diff < 1e-4)) {
-    std::fprintf(stderr, "the two forwards disagree: %g\n", diff);
+    std::fprintf(stderr, "the forwards disagree: %g\n", diff);
     return 1;
   }
-  std::vector<double> ratios;
+  // Ratios per round: old / new, new / kernels, old / kernels.
+  const int ratio_arms[3][2] = {{kOld, kNew}, {kNew, kKernels}, {kOld, kKernels}};
+  const char* ratio_names[3] = {"old_over_new", "new_over_kernels", "old_over_kernels"};
+  std::vector<double> ratios[3];
   for (int r = 0; r < rounds; ++r) {
-    double t[2];
-    for (int which = 0; which < 2; ++which) {  // alternate which goes first
-      const bool is_old = (which + r) % 2 == 0;
+    double t[kArms];
+    for (int i = 0; i < kArms; ++i) {  // rotate which arm goes first
+      const int arm = (i + r) % kArms;
       const double t0 = Seconds(threads == 1);
-      for (int i = 0; i < reps; ++i) is_old ? run_old() : run_new();
-      t[is_old ? 0 : 1] = (Seconds(threads == 1) - t0) / reps;
+      for (int j = 0; j < reps; ++j) run(arm);
+      t[arm] = (Seconds(threads == 1) - t0) / reps;
     }
-    ratios.push_back(t[0] / t[1]);
     std::printf("{\"name\": \"aten_verify_forward\", \"params\": {\"round\": %d, \"seqs\": %d, "
-                "\"block\": %d, \"past\": %d, \"threads\": %d}, \"old_ms\": %.3f, \"new_ms\": "
-                "%.3f, \"old_over_new\": %.3f}\n",
-                r, seqs, block, past, threads, 1e3 * t[0], 1e3 * t[1], t[0] / t[1]);
+                "\"block\": %d, \"past\": %d, \"threads\": %d}",
+                r, seqs, block, past, threads);
+    for (int arm = 0; arm < kArms; ++arm) std::printf(", \"%s_ms\": %.3f", names[arm], 1e3 * t[arm]);
+    for (int k = 0; k < 3; ++k) {
+      ratios[k].push_back(t[ratio_arms[k][0]] / t[ratio_arms[k][1]]);
+      std::printf(", \"%s\": %.3f", ratio_names[k], ratios[k].back());
+    }
+    std::printf("}\n");
   }
-  std::sort(ratios.begin(), ratios.end());
-  std::printf("{\"name\": \"aten_verify_forward_speedup\", \"params\": {\"seqs\": %d, \"block\": "
-              "%d, \"past\": %d, \"threads\": %d, \"rounds\": %d}, \"median\": %.3f, \"min\": "
-              "%.3f, \"max\": %.3f, \"unit\": \"old time / new time\"}\n",
-              seqs, block, past, threads, rounds, ratios[ratios.size() / 2], ratios.front(),
-              ratios.back());
+  for (int k = 0; k < 3; ++k) {
+    std::vector<double>& v = ratios[k];
+    std::sort(v.begin(), v.end());
+    std::printf("{\"name\": \"aten_verify_forward_%s\", \"params\": {\"seqs\": %d, \"block\": "
+                "%d, \"past\": %d, \"threads\": %d, \"rounds\": %d}, \"median\": %.3f, \"min\": "
+                "%.3f, \"max\": %.3f, \"unit\": \"time / time\"}\n",
+                ratio_names[k], seqs, block, past, threads, rounds, v[v.size() / 2], v.front(),
+                v.back());
+  }
   return 0;
 }
 

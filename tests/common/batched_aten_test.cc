@@ -3,9 +3,11 @@
 // within 1e-4 at batch 1, 4 and 16, over steps that mix prefill, chunked prefill, verification
 // blocks, token trees and single-token decoding in one batch, with rollbacks in between (so
 // later steps read what earlier ones wrote into the shared block pool). And under autograd, a
-// padded batch's gradients are the sum of its sequences' alone.
+// padded batch's gradients are the sum of its sequences' alone, and the new keys' and values'
+// gradients match finite differences.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -157,6 +159,37 @@ TEST(BatchedAtenForwardPools, CachesInSeveralPoolsAgreeWithOnePool) {
   }
 }
 
+TEST(BatchedAtenForwardPools, UnwrittenSlotsHoldingNaNBeforeFirstUseDoNotLeak) {
+  // The attention reads whole blocks and masks the slots past each sequence's length; those
+  // slots were never written. A bounded pool's storage exists before its first block is handed
+  // out: filled with NaN there, the forward must still agree with the CPU kernels (which read
+  // written slots only), since the pool zeroes a block when it first hands it out.
+  c10::InferenceMode guard;
+  auto m = testing::RandomModel(testing::TinyConfig(), 9);
+  const int V = m->config().vocab_size;
+  auto poisoned = m->NewBlockPool(/*max_blocks=*/64, false);
+  poisoned->storage().fill_(std::numeric_limits<float>::quiet_NaN());
+  std::vector<KVCache> aten, kernels;
+  for (int s = 0; s < 4; ++s) {
+    aten.push_back(m->NewCache(poisoned));
+    kernels.push_back(m->NewCache());
+  }
+  for (int step = 0; step < 3; ++step) {
+    std::vector<ForwardInput> a, b;
+    for (int s = 0; s < 4; ++s) {
+      const Step st = MakeStep(s, step, V);
+      a.push_back({&aten[s], st.tokens, true, st.parents, {}});
+      b.push_back({&kernels[s], st.tokens, true, st.parents, {}});
+    }
+    m->set_use_small_cpu_path(false);
+    const at::Tensor got = at::log_softmax(m->Forward(a), -1);
+    m->set_use_small_cpu_path(true);
+    const at::Tensor want = at::log_softmax(m->Forward(b), -1);
+    ASSERT_TRUE(got.isfinite().all().item<bool>()) << "step " << step;
+    EXPECT_LT((got - want).abs().max().item<double>(), kLogProbTol) << "step " << step;
+  }
+}
+
 TEST(BatchedAtenTraining, PaddedBatchGradientsAreTheSumOfItsSequences) {
   // Sequences of different lengths (the batch pads them), one after a cached context: the
   // gradient of a sum of per-sequence losses in one forward equals the sum of the gradients
@@ -217,6 +250,61 @@ TEST(BatchedAtenTraining, PaddedBatchGradientsAreTheSumOfItsSequences) {
     largest = std::max(largest, sum[i].abs().max().item<double>());
   }
   EXPECT_GT(largest, 1e-3);  // gradients flow at all
+}
+
+TEST(BatchedAtenTraining, NewKeyAndValueGradientsMatchFiniteDifferences) {
+  // Under autograd the attention's gradients reach this forward's new keys and values: layer
+  // 0's k and v projections act on the loss only through them, so their gradients are nonzero
+  // and equal central finite differences of the loss along them. The cached prefix is a
+  // constant: the context is cached once and every evaluation reads those same keys. One
+  // sequence has a cached context and a tree, the other none and fewer tokens (padded).
+  auto m = testing::RandomModel(testing::TinyConfig(), 11);
+  const ModelConfig& c = m->config();
+  const int64_t q_rows = c.num_attention_heads * c.head_dim;
+  const int64_t kv_rows = c.num_key_value_heads * c.head_dim;
+  at::Tensor wqkv = m->Parameters()[2];  // layer 0's fused q, k, v (Parameters()' order)
+  ASSERT_EQ(wqkv.size(0), q_rows + 2 * kv_rows);
+  const int V = c.vocab_size;
+  const int64_t context = 20;
+  auto pool = m->NewBlockPool(0, false);
+  KVCache with_context = m->NewCache(pool), fresh = m->NewCache(pool);
+  {
+    at::NoGradGuard no_grad;
+    m->Forward({{&with_context, RandomTokens(context, V, 81), false, {}, {}}});
+  }
+  const std::vector<int64_t> a = RandomTokens(5, V, 82), b = RandomTokens(3, V, 83);
+  auto loss = [&] {
+    const at::Tensor logits =
+        m->Forward({{&with_context, a, true, {-1, 0, 0, 1, 2}, {}}, {&fresh, b, true, {}, {}}});
+    with_context.Truncate(context);
+    fresh.Truncate(0);
+    const at::Tensor w = at::arange(1, logits.size(0) + 1, logits.options());
+    return (at::log_softmax(logits, -1).select(1, 3) * w).sum();
+  };
+  wqkv.requires_grad_(true);
+  loss().backward();
+  const at::Tensor grad = wqkv.grad().clone();
+  wqkv.requires_grad_(false);
+  at::NoGradGuard no_grad;
+  for (int part = 0; part < 2; ++part) {  // the k rows, then the v rows
+    const char* name = part == 0 ? "keys" : "values";
+    at::Tensor d = at::zeros_like(grad);
+    d.narrow(0, q_rows + part * kv_rows, kv_rows)
+        .copy_(grad.narrow(0, q_rows + part * kv_rows, kv_rows));
+    const double norm = d.norm().item<double>();  // the derivative along d / |d|
+    ASSERT_GT(norm, 0.05) << "no gradient reaches the new " << name;
+    d.div_(norm);
+    constexpr double kStep = 1e-2;
+    wqkv.add_(d, kStep);
+    const double up = loss().item<double>();
+    wqkv.add_(d, -2 * kStep);
+    const double down = loss().item<double>();
+    wqkv.add_(d, kStep);
+    const double numeric = (up - down) / (2 * kStep);
+    EXPECT_NEAR(numeric, norm, 5e-3 * norm) << name;
+    RecordProperty(std::string(name) + "_autograd", std::to_string(norm));
+    RecordProperty(std::string(name) + "_numeric", std::to_string(numeric));
+  }
 }
 
 }  // namespace
