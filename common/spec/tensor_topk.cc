@@ -22,9 +22,20 @@ Status TopKLogProbs(const at::Tensor& logits, int top_k, TopKTensors* out) {
   const int64_t R = x.size(0), V = x.size(1);
   const int64_t K = std::min<int64_t>(top_k, V);
   const at::Tensor key = at::where(at::isnan(x), at::full_like(x, -INFINITY), x);
-  // A stable descending sort keeps equal keys in id order: ties toward the lower id.
-  at::Tensor order = std::get<1>(at::sort(key, /*stable=*/true, /*dim=*/1, /*descending=*/true))
-                         .narrow(1, 0, K);
+  // The K kept entries: all above the K-th largest value t, then the lowest ids equal to t
+  // (at::topk's own choice among ties is unspecified). Laid out in id order, then a stable
+  // descending sort of those K keeps ties toward the lower id.
+  const at::Tensor t = std::get<0>(at::topk(key, K, 1)).narrow(1, K - 1, 1);  // [R, 1]
+  const at::Tensor above = key > t, tie = key == t;
+  const at::Tensor room = K - above.sum(1, /*keepdim=*/true);
+  const at::Tensor keep = above | (tie & (tie.cumsum(1) <= room));  // exactly K a row
+  const at::Tensor ids = at::arange(V, x.options().dtype(at::kLong)).expand({R, V});
+  const at::Tensor slot = at::where(keep, keep.cumsum(1) - 1, at::full_like(ids, K));
+  const at::Tensor chosen = at::zeros({R, K + 1}, ids.options()).scatter_(1, slot, ids)
+                                .narrow(1, 0, K);  // column K took the others
+  const at::Tensor by_value = std::get<1>(
+      at::sort(key.gather(1, chosen), /*stable=*/true, /*dim=*/1, /*descending=*/true));
+  at::Tensor order = chosen.gather(1, by_value);
   const at::Tensor lse = at::logsumexp(key, 1, /*keepdim=*/true);
   at::Tensor lp = x.gather(1, order) - lse;
   const at::Tensor kept = lp.to(at::kDouble).exp().sum(1);
