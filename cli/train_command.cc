@@ -26,8 +26,10 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <zmq.hpp>
@@ -260,6 +262,21 @@ Status GrowHead(const std::string& target_dir, const std::string& out) {
   return Status::OK();
 }
 
+// --below-best-blends: "none" (no blends) or comma-separated lambdas, each in (0, 1). False on
+// anything else (*out then unspecified).
+bool ParseBlends(const std::string& text, std::vector<double>* out) {
+  out->clear();
+  if (text == "none") return true;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    char* end = nullptr;
+    const double x = std::strtod(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size() || !(x > 0 && x < 1)) return false;
+    out->push_back(x);
+  }
+  return !out->empty();
+}
+
 }  // namespace
 
 void AddTrainCommand(CLI::App& app, int* exit_code) {
@@ -349,6 +366,19 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
                   "for (below its best); 1: none")
       ->check(CLI::Range(1.0, 1e6))
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--below-best-blends",
+         [&t](const std::string& text) { ParseBlends(text, &t.below_best_blends); },
+         "lambdas, in order, of blends live + lambda * (candidate - live) tried when the gate "
+         "refused a candidate for below_best alone; the first it accepts is published "
+         "(comma-separated, each in (0, 1); none: no blends)")
+      ->check([](const std::string& text) {
+        std::vector<double> v;
+        return ParseBlends(text, &v) ? std::string()
+                                     : "expected none or comma-separated numbers in (0, 1), got " +
+                                           text;
+      })
+      ->default_str("0.5,0.25");
   cmd->add_option("--first-draft-cost", t.gate.draft_cost,
                   "gate, first draft vs plain decoding: a drafted token's cost, fraction of a "
                   "target step; < 0: by kind (0.26 for an EAGLE-3 head, 0.01 for a draft model: "

@@ -50,11 +50,10 @@ struct GateOptions {
   // standard errors as above: the tolerance against the live draft judges one version against
   // the last (falls within it add up over versions) and a new domain's gain widens it, so an
   // idle domain was lost a few hundredths at a time. Refused: reason "below_best", the domains
-  // in GateDecision::below_best (the trainer then replays them more). < 0: no such rule.
-  // Default: -1 (off: at 0.02 the FasterOverTime test's online arm published nothing in time
-  // in 3 of 4 runs, its first python candidate refused for docs; bench/RESULTS.md,
-  // "faster_over_time --forgetting").
-  double max_fall_below_best = -1;
+  // in GateDecision::below_best (the trainer then replays them more, and tries blends of the
+  // live draft and the candidate: TrainerOptions::below_best_blends). < 0: no such rule.
+  // Default: 0.02 (issue 47's bound on forgetting; trainer/README.md, "No forgetting").
+  double max_fall_below_best = 0.02;
   // Domains evaluated on fewer positions are not judged on their own (too noisy), though they
   // count in the overall mean. Default: 50.
   int64_t min_domain_positions = 50;

@@ -16,6 +16,7 @@
 #include "common/channel/draft_channel.h"
 #include "common/model/eagle3_config.h"
 #include "trainer/training_examples.h"
+#include "trainer/weight_blend.h"
 
 namespace specloop {
 namespace trainer {
@@ -356,8 +357,76 @@ TrainerState Trainer::state() const {
   return state_;
 }
 
+Status Trainer::TryBlends(EvalResult* r) {
+  if (options_.below_best_blends.empty() || r->decision.reason != "below_best") return Status::OK();
+  std::vector<at::Tensor> weights = candidate_->Parameters();
+  const std::vector<at::Tensor> live = live_->Parameters();
+  std::vector<at::Tensor> refused;  // the candidate's own weights, restored when no blend passes
+  {
+    at::NoGradGuard no_grad;
+    for (const at::Tensor& w : weights) refused.push_back(w.detach().clone());
+  }
+  const EvalResult first = *r;
+  std::map<std::string, RecordAlpha> first_values = candidate_values_;
+  const std::map<std::string, double> first_alpha = candidate_alpha_;
+  const std::set<std::string> first_below = below_best_;
+  double seconds = r->seconds;
+  int tried = 0;
+  std::string log;
+  int chosen = -1;
+  Status s = FirstAcceptedBlend(
+      options_.below_best_blends,
+      [&](double lambda, bool* accepted) {
+        SPECLOOP_RETURN_IF_ERROR(BlendWeights(live, refused, lambda, &weights));
+        ++tried;
+        metrics_.blends->Add({{"outcome", "tried"}}).Increment();
+        SPECLOOP_RETURN_IF_ERROR(Evaluate(r));  // same live values and best (no UpdateBest)
+        seconds += r->seconds;
+        char head[96];
+        std::snprintf(head, sizeof(head), "%sblend %.3g: %s", log.empty() ? "" : "; ", lambda,
+                      r->decision.reason.c_str());
+        log += head;
+        for (const std::string& d : r->decision.below_best) {  // the domains it still lost
+          const auto a = r->candidate.domains.find(d);
+          if (a == r->candidate.domains.end()) continue;
+          std::snprintf(head, sizeof(head), ", %s %.4f", d.c_str(), a->second.logged);
+          log += head;
+        }
+        *accepted = r->decision.publish;
+        return Status::OK();
+      },
+      &chosen);
+  if (s.ok() && chosen >= 0) {
+    r->blends_tried = tried;
+    r->blend_lambda = options_.below_best_blends[chosen];
+    r->seconds = seconds;
+    r->decision.detail = log + " (the candidate: " + first.decision.detail + "); " +
+                         r->decision.detail;
+    metrics_.blends->Add({{"outcome", "published"}}).Increment();
+    return Status::OK();
+  }
+  // None accepted (or an error): the candidate as it was, and its refusal.
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < weights.size(); ++i) weights[i].detach().copy_(refused[i]);
+  }
+  *r = first;
+  r->blends_tried = tried;
+  r->seconds = seconds;
+  if (tried > 0) r->decision.detail += "; " + log;
+  candidate_values_ = std::move(first_values);
+  candidate_alpha_ = first_alpha;
+  below_best_ = first_below;
+  for (const auto& [d, a] : r->candidate.domains) {
+    metrics_.alpha->Add({{"domain", d}, {"model", "candidate"}}).Set(a.logged);
+  }
+  metrics_.alpha->Add({{"domain", "all"}, {"model", "candidate"}}).Set(r->candidate.overall.logged);
+  return s.Annotate("evaluating blends");
+}
+
 Status Trainer::EvaluateAndPublish(DraftPublisher* publisher, bool force, EvalResult* r) {
   SPECLOOP_RETURN_IF_ERROR(Evaluate(r));
+  if (!force) SPECLOOP_RETURN_IF_ERROR(TryBlends(r));
   {
     std::lock_guard<std::mutex> lock(state_mu_);
     state_.evaluations++;

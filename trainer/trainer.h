@@ -114,6 +114,14 @@ struct TrainerOptions {
   // within an evaluation interval (bench/faster_over_time --forgetting). Until the next
   // evaluation. 1: no boost. Default: 4.
   double below_best_floor_boost = 4.0;
+  // A candidate the gate refused for "below_best" alone is blended with the live draft
+  // (weight_blend.h: live + lambda * (candidate - live)) at each of these lambdas in order, each
+  // blend judged by the same gate against the same live estimate and best (one evaluation pass
+  // over the held-out records each); the first accepted is published, and training goes on
+  // from it (the AdamW moments are kept: they follow the gradients near the weights, which the
+  // blend moves by a fraction of the candidate's recent steps). When none is accepted the
+  // candidate is left as it was. Each lambda in (0, 1). Empty: no blends. Default: {0.5, 0.25}.
+  std::vector<double> below_best_blends = {0.5, 0.25};
   // Newest training records of each domain kept in memory (encoded, domain_reserve.h) for the
   // floor after retention. 0: none. Default: 32.
   size_t reserve_records_per_domain = 32;
@@ -151,7 +159,12 @@ struct EvalResult {
   AlphaEstimate best;
   GateDecision decision;
   uint64_t version = 0;  // the checkpoint written, when the candidate was published
-  double seconds = 0;    // how long the evaluation took
+  double seconds = 0;    // how long the evaluation took (blends' passes included)
+  // Blends of a candidate refused for "below_best" (TrainerOptions::below_best_blends): how
+  // many were evaluated, and the lambda of the one the gate accepted (then `candidate` and
+  // `decision` are the blend's), else 1 (the candidate itself, and the candidate's refusal).
+  int blends_tried = 0;
+  double blend_lambda = 1;
 };
 
 // What the trainer is doing and what its gate last decided: `specloop train`'s /status.json,
@@ -289,6 +302,11 @@ class Trainer {
   // The domains the last evaluation's gate named "below_best" (their floors are boosted).
   std::set<std::string> below_best_;
   const RecordAlpha& BestValues(const std::string& key, const RecordAlpha& live) const;
+  // After a "below_best" refusal: the first blend of the live draft and the candidate (at
+  // below_best_blends' lambdas) the gate accepts becomes the candidate and *r its evaluation;
+  // when none (or on an error) the candidate, *r's decision and the candidate's values are
+  // restored. Either way *r counts the blends tried and their seconds.
+  Status TryBlends(EvalResult* r);
   void UpdateBest();
   // Per held-out record (by ForEachHeldOutPart's key), the live draft's values at the last
   // evaluation, and the candidate's: the live draft only changes when a candidate is

@@ -42,6 +42,12 @@ Status TrainerMetrics::Register(metrics::Registry* r) {
   SPECLOOP_RETURN_IF_ERROR(r->AddCounter(
       {"specloop_train_checkpoints_rejected_total", "Candidates refused, by reason.", {"reason"}},
       &rejected));
+  SPECLOOP_RETURN_IF_ERROR(r->AddCounter(
+      {"specloop_train_blends_total",
+       "Blends of the live draft and a candidate refused for below_best, by outcome (tried, "
+       "published).",
+       {"outcome"}},
+      &blends));
   SPECLOOP_RETURN_IF_ERROR(
       r->AddGauge({"specloop_train_draft_version", "Version of the live draft.", {}}, &g));
   draft_version = &g->Add({});

@@ -9,13 +9,18 @@
 //                                                            each record under its sampling),
 //                                                            model = live | candidate;
 //                                                            domain "all" for the overall mean
-//   specloop_train_evaluations_total                         candidate evaluations
+//   specloop_train_evaluations_total                         candidate evaluations (a blend's
+//                                                            pass counts as one)
 //   specloop_train_evaluated_records_total{model}            held-out records run through a
 //                                                            draft (live: new ones only)
 //   specloop_train_evaluation_duration_seconds               histogram of evaluations
 //   specloop_train_checkpoints_published_total               candidates published
 //   specloop_train_checkpoints_rejected_total{reason}        no_gain | domain_regression |
+//                                                            below_best | slower_than_plain |
 //                                                            no_data | save_error
+//   specloop_train_blends_total{outcome}                     blends of a candidate refused for
+//                                                            below_best (weight_blend.h):
+//                                                            tried | published
 //   specloop_train_draft_version                             the live draft's version
 //   specloop_train_buffer_records{domain}                    records in the buffers' catalog
 //   specloop_train_heldout_records                           records held out for evaluation
@@ -46,6 +51,7 @@ struct TrainerMetrics {
   metrics::Histogram* evaluation_seconds = nullptr;
   metrics::Counter* published = nullptr;
   metrics::Family<metrics::Counter>* rejected = nullptr;
+  metrics::Family<metrics::Counter>* blends = nullptr;
   metrics::Gauge* draft_version = nullptr;
   metrics::Family<metrics::Gauge>* buffer_records = nullptr;
   metrics::Gauge* heldout_records = nullptr;

@@ -2,7 +2,8 @@
 // from it: a draft that lost a domain is refused by the gate ("below_best") even after it was
 // published, and the domain it lost is then replayed more (its replay floor and weight rise).
 // On testing::MakeTrafficBuffer's buffer (python, c, legal): the candidate is trained on python
-// alone at a high learning rate until another domain falls, then published by force.
+// alone at a high learning rate until another domain falls, then published by force; or the
+// trainer publishes a blend of it with the live draft (weight_blend.h) the gate accepts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,7 +48,7 @@ TEST(BelowBest, ALostDomainStaysBelowItsBestAfterAPublishAndIsReplayedMore) {
   o.adamw.lr = 1e-2;  // forgets fast
   o.warmup_steps = 0;
   o.gate.min_domain_positions = 30;
-  o.gate.max_fall_below_best = 0.02;  // off by default
+  o.gate.max_fall_below_best = 0.02;  // the default, set here as the test relies on it
   o.seed = 7;
   std::unique_ptr<Trainer> t;
   s = Trainer::Open(o, nullptr, &t);
@@ -105,6 +106,10 @@ TEST(BelowBest, ALostDomainStaysBelowItsBestAfterAPublishAndIsReplayedMore) {
             after.decision.below_best.end())
       << after.decision.detail;
   EXPECT_EQ(t->live_version(), 1u);
+  // Blends of two equal drafts are that draft: each tried (TrainerOptions::below_best_blends),
+  // each refused, and the refusal reported is the candidate's own.
+  EXPECT_EQ(after.blends_tried, static_cast<int>(o.below_best_blends.size()));
+  EXPECT_EQ(after.blend_lambda, 1.0);
 
   // 4. The domains the gate named are replayed more than before (their floors and weights
   // grow with the gap), the others less.
@@ -122,6 +127,85 @@ TEST(BelowBest, ALostDomainStaysBelowItsBestAfterAPublishAndIsReplayedMore) {
   }
   // What the other domains get shrinks by more than a third.
   EXPECT_LT(1 - named_after, (1 - named_before) * 2 / 3);
+}
+
+// A candidate trained on python alone holds domains below their best (the live
+// draft's); the gate refuses it for that, and the trainer publishes the first blend of the live
+// draft and the candidate (live + lambda * (candidate - live)) that the gate accepts: the
+// published weights are that blend, and training goes on from them.
+TEST(BelowBest, ARefusedCandidateIsPublishedAsABlend) {
+  TempDir dir;
+  Status s = testing::MakeTrafficBuffer(dir.Sub("buffer"));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  TrainerOptions o;
+  o.draft_dir = SharedDir() + "/models/draft-prose-1m";
+  o.buffer_dirs = {dir.Sub("buffer")};
+  o.checkpoint_dir = dir.Sub("checkpoints");
+  o.heldout_fraction = 0.25;
+  o.adamw.lr = 2e-3;
+  o.warmup_steps = 0;
+  o.gate.min_domain_positions = 30;
+  // The gate judges by the best alone here: no tolerance against the live draft, no least
+  // gain (the candidate, overfit to python, may lose overall).
+  o.gate.max_fall_below_best = 0.02;
+  o.gate.max_domain_regression = 1;
+  o.gate.min_gain = -1;
+  o.below_best_blends = {0.5, 0.25, 0.125};
+  o.seed = 7;
+  std::unique_ptr<Trainer> t;
+  s = Trainer::Open(o, nullptr, &t);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto clone = [&] {
+    std::vector<at::Tensor> w;
+    for (const at::Tensor& p : t->candidate_draft()->Parameters()) w.push_back(p.detach().clone());
+    return w;
+  };
+  const std::vector<at::Tensor> live = clone();  // the candidate starts as the live draft
+
+  std::unique_ptr<ReplayReader> reader;
+  ASSERT_TRUE(ReplayReader::Open({}, o.buffer_dirs, &reader).ok());
+  std::vector<Record> python;
+  ASSERT_TRUE(reader
+                  ->Scan({}, [&](size_t, const Record& r) {
+                    if (r.domain == "python" && !IsHeldOut(r, o.heldout_fraction)) {
+                      python.push_back(r);
+                    }
+                    return true;
+                  })
+                  .ok());
+  ASSERT_GE(python.size(), 12u);
+  for (int step = 0; step < 40; ++step) {
+    std::vector<const Record*> batch;
+    for (size_t i = 0; i < 6; ++i) batch.push_back(&python[(step * 6 + i) % python.size()]);
+    double loss = 0;
+    ASSERT_TRUE(t->TrainStep(batch, &loss).ok());
+  }
+  const std::vector<at::Tensor> trained = clone();
+  EvalResult r;
+  ASSERT_TRUE(t->EvaluateAndPublish(nullptr, false, &r).ok());
+  std::cout << r.decision.detail << "\n";
+  ASSERT_GT(r.blends_tried, 0) << "the candidate was not refused for below_best alone: "
+                               << r.decision.reason << ": " << r.decision.detail;
+  ASSERT_EQ(r.decision.reason, "ok") << "no blend accepted: " << r.decision.detail;
+  EXPECT_EQ(r.version, 1u);
+  EXPECT_EQ(t->live_version(), 1u);
+  EXPECT_EQ(r.blend_lambda, o.below_best_blends[r.blends_tried - 1]);
+  // The candidate (what was published, and what training continues from) is the blend.
+  const std::vector<at::Tensor> now = clone();
+  ASSERT_EQ(now.size(), live.size());
+  double moved = 0;
+  for (size_t i = 0; i < now.size(); ++i) {
+    const at::Tensor want = live[i] + (trained[i] - live[i]) * r.blend_lambda;
+    EXPECT_TRUE(at::allclose(now[i], want, 1e-5, 1e-6)) << "tensor " << i;
+    moved = std::max(moved, (trained[i] - live[i]).abs().max().item<double>());
+  }
+  EXPECT_GT(moved, 1e-3) << "training did not move the weights";
+  // The blend lies between the two: below the best on the domains the candidate lost, by no
+  // more than the gate allows; training goes on from it.
+  EXPECT_GT(r.blend_lambda, 0);
+  double loss = 0;
+  std::vector<const Record*> batch = {&python[0], &python[1]};
+  EXPECT_TRUE(t->TrainStep(batch, &loss).ok());
 }
 
 }  // namespace

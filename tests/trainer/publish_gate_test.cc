@@ -153,7 +153,7 @@ TEST(PublishGate, RecordsNotPositionsAreTheIndependentDraws) {
   EXPECT_NE(d.detail.find("standard errors 0.03"), std::string::npos) << d.detail;
 }
 
-// The below-best rule at 0.02 (off by default).
+// The below-best rule at 0.02 (the default, set here as the tests rely on it).
 GateOptions BelowBestOn() {
   GateOptions o;
   o.max_fall_below_best = 0.02;
@@ -181,11 +181,15 @@ TEST(PublishGate, BelowBestRefusesWhateverTheGain) {
   d = DecideGate(on, live, Make({{"c", 0.4}, {"python", 0.485}}), traffic, &best);
   EXPECT_TRUE(d.publish) << d.detail;
   EXPECT_TRUE(d.below_best.empty());
-  // The allowance is an option; off by default (the same candidate is published).
+  // The allowance is an option, 0.02 by default (the same candidate refused); < 0: no such
+  // rule (published).
   GateOptions loose = on;
   loose.max_fall_below_best = 0.03;
   EXPECT_TRUE(DecideGate(loose, live, cand, traffic, &best).publish);
-  EXPECT_TRUE(DecideGate({}, live, cand, traffic, &best).publish);
+  EXPECT_EQ(DecideGate({}, live, cand, traffic, &best).reason, "below_best");
+  GateOptions off;
+  off.max_fall_below_best = -1;
+  EXPECT_TRUE(DecideGate(off, live, cand, traffic, &best).publish);
 }
 
 TEST(PublishGate, FallsBelowTheBestAddUpOverVersions) {
