@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "buffer/replay_reader.h"
 #include "tests/trainer/test_util.h"
@@ -33,6 +35,30 @@ std::map<std::string, double> BatchShares(Trainer* t, int batches) {
   }
   for (auto& [d, x] : n) x /= total;
   return n;
+}
+
+// 40 steps of 6 of the buffer's python training records each (the candidate forgets the rest);
+// *out: those records.
+void TrainOnPythonAlone(Trainer* t, const TrainerOptions& o, std::vector<Record>* out) {
+  std::unique_ptr<ReplayReader> reader;
+  ASSERT_TRUE(ReplayReader::Open({}, o.buffer_dirs, &reader).ok());
+  std::vector<Record> python;
+  ASSERT_TRUE(reader
+                  ->Scan({}, [&](size_t, const Record& r) {
+                    if (r.domain == "python" && !IsHeldOut(r, o.heldout_fraction)) {
+                      python.push_back(r);
+                    }
+                    return true;
+                  })
+                  .ok());
+  ASSERT_GE(python.size(), 12u);
+  for (int step = 0; step < 40; ++step) {
+    std::vector<const Record*> batch;
+    for (size_t i = 0; i < 6; ++i) batch.push_back(&python[(step * 6 + i) % python.size()]);
+    double loss = 0;
+    ASSERT_TRUE(t->TrainStep(batch, &loss).ok());
+  }
+  *out = std::move(python);
 }
 
 TEST(BelowBest, ALostDomainStaysBelowItsBestAfterAPublishAndIsReplayedMore) {
@@ -64,24 +90,9 @@ TEST(BelowBest, ALostDomainStaysBelowItsBestAfterAPublishAndIsReplayedMore) {
   const std::map<std::string, double> shares_before = BatchShares(t.get(), 300);
 
   // 2. Train on python alone, publish by force whatever the gate says.
-  std::unique_ptr<ReplayReader> reader;
-  ASSERT_TRUE(ReplayReader::Open({}, o.buffer_dirs, &reader).ok());
   std::vector<Record> python;
-  ASSERT_TRUE(reader
-                  ->Scan({}, [&](size_t, const Record& r) {
-                    if (r.domain == "python" && !IsHeldOut(r, o.heldout_fraction)) {
-                      python.push_back(r);
-                    }
-                    return true;
-                  })
-                  .ok());
-  ASSERT_GE(python.size(), 12u);
-  for (int step = 0; step < 40; ++step) {
-    std::vector<const Record*> batch;
-    for (size_t i = 0; i < 6; ++i) batch.push_back(&python[(step * 6 + i) % python.size()]);
-    double loss = 0;
-    ASSERT_TRUE(t->TrainStep(batch, &loss).ok());
-  }
+  TrainOnPythonAlone(t.get(), o, &python);
+  if (HasFatalFailure()) return;
   EvalResult forced;
   ASSERT_TRUE(t->EvaluateAndPublish(nullptr, /*force=*/true, &forced).ok());
   ASSERT_EQ(forced.version, 1u);
@@ -162,24 +173,9 @@ TEST(BelowBest, ARefusedCandidateIsPublishedAsABlend) {
   };
   const std::vector<at::Tensor> live = clone();  // the candidate starts as the live draft
 
-  std::unique_ptr<ReplayReader> reader;
-  ASSERT_TRUE(ReplayReader::Open({}, o.buffer_dirs, &reader).ok());
   std::vector<Record> python;
-  ASSERT_TRUE(reader
-                  ->Scan({}, [&](size_t, const Record& r) {
-                    if (r.domain == "python" && !IsHeldOut(r, o.heldout_fraction)) {
-                      python.push_back(r);
-                    }
-                    return true;
-                  })
-                  .ok());
-  ASSERT_GE(python.size(), 12u);
-  for (int step = 0; step < 40; ++step) {
-    std::vector<const Record*> batch;
-    for (size_t i = 0; i < 6; ++i) batch.push_back(&python[(step * 6 + i) % python.size()]);
-    double loss = 0;
-    ASSERT_TRUE(t->TrainStep(batch, &loss).ok());
-  }
+  TrainOnPythonAlone(t.get(), o, &python);
+  if (HasFatalFailure()) return;
   const std::vector<at::Tensor> trained = clone();
   EvalResult r;
   ASSERT_TRUE(t->EvaluateAndPublish(nullptr, false, &r).ok());
