@@ -16,7 +16,9 @@
 // entry, a partial_sort over all ids) on the same rows ("logger_fill_topk",
 // "logger_fill_topk_vs_direct").
 // JSON lines {"name", "params", "value", "unit"}.
-// Also the mean speculation length of the timed part (draft tokens per step), the machine's read
+// Also the mean speculation length of the timed part (the draft model's tokens per step,
+// "serve_k_mean"; the suffix proposer's, "serve_suffix_k_mean": the sampled prompts recur, so at
+// temperature 0 a recurring prompt's answer is drafted from its earlier one), the machine's read
 // bandwidth, and plain decoding's throughput at each concurrency over one client
 // ("serve_off_scaling": one batched forward streams the weights once for every sequence).
 // `--dtype` and `--temperature` take comma-separated lists: every combination runs in each
@@ -87,7 +89,8 @@ struct Mode {
 
 struct RunResult {
   double tokens_per_second, p50, p99;
-  double k_mean;  // draft tokens per verification step, timed part
+  double k_mean;  // draft-model tokens per verification step, timed part
+  double suffix_k_mean;  // suffix-proposer tokens per verification step, timed part
   double tree_share;  // steps that drafted a token tree, timed part
   double ship_cores;  // CPU of the shipper thread and redis-server over the arm's wall time
 };
@@ -261,10 +264,13 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
                        e2e::MetricValue(before, "specloop_spec_steps_total");
   const double drafted = e2e::MetricValue(after, "specloop_draft_tokens_total") -
                          e2e::MetricValue(before, "specloop_draft_tokens_total");
+  const double suffix = e2e::MetricValue(after, "specloop_suffix_draft_tokens_total") -
+                       e2e::MetricValue(before, "specloop_suffix_draft_tokens_total");
   const double tree_steps = e2e::MetricValue(after, "specloop_tree_steps_total") -
                             e2e::MetricValue(before, "specloop_tree_steps_total");
   return {total / wall, Percentile(all, 0.5), Percentile(all, 0.99),
-          steps > 0 ? drafted / steps : 0, steps > 0 ? tree_steps / steps : 0, ship_cores};
+          steps > 0 ? drafted / steps : 0, steps > 0 ? suffix / steps : 0,
+          steps > 0 ? tree_steps / steps : 0, ship_cores};
 }
 
 // The direct way to the logger's per-row work (FillTopK's contract: log-probs at temperature 1,
@@ -445,9 +451,10 @@ int main(int argc, char** argv) {
     for (auto& [combo, by_mode] : runs) {
       const auto& [dtype, temperature] = combo;
       for (const Mode& m : modes) {
-        std::vector<double> t, p50, p99, k_mean, tree_share, ship_cores;
+        std::vector<double> t, p50, p99, k_mean, suffix_k_mean, tree_share, ship_cores;
         for (const RunResult& rr : by_mode[m.name]) {
           k_mean.push_back(rr.k_mean);
+          suffix_k_mean.push_back(rr.suffix_k_mean);
           tree_share.push_back(rr.tree_share);
           ship_cores.push_back(rr.ship_cores);
           t.push_back(rr.tokens_per_second);
@@ -468,6 +475,7 @@ int main(int argc, char** argv) {
         Emit("serve_latency_p50", params, Median(p50), "s");
         Emit("serve_latency_p99", params, Median(p99), "s");
         Emit("serve_k_mean", params, Median(k_mean), "tokens");
+        Emit("serve_suffix_k_mean", params, Median(suffix_k_mean), "tokens");
         if (m.tree) Emit("serve_tree_share", params, Median(tree_share), "fraction of steps");
         if (m.ship) Emit("serve_ship_cpu", params, Median(ship_cores), "cores");
         if (m.name == "off" && conc == 1) off_at_one[combo] = Median(t);
