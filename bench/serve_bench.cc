@@ -329,17 +329,6 @@ void BenchFillTopK() {
 }  // namespace
 }  // namespace specloop
 
-namespace {
-std::vector<std::string> SplitList(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-}  // namespace
-
 int main(int argc, char** argv) {
   using namespace specloop;
   std::vector<std::string> dtypes = {"auto"}, mode_names;
@@ -351,11 +340,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--shared")) shared = argv[i + 1];
     if (!std::strcmp(argv[i], "--target")) target = argv[i + 1];
-    if (!std::strcmp(argv[i], "--dtype")) dtypes = SplitList(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--modes")) mode_names = SplitList(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--dtype")) dtypes = bench::SplitCommas(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--modes")) mode_names = bench::SplitCommas(argv[i + 1]);
     if (!std::strcmp(argv[i], "--temperature")) {
       temperatures.clear();
-      for (const std::string& t : SplitList(argv[i + 1])) {
+      for (const std::string& t : bench::SplitCommas(argv[i + 1])) {
         char* end = nullptr;
         const double v = std::strtod(t.c_str(), &end);
         if (end == t.c_str() || *end != '\0' || !(v >= 0)) {
