@@ -44,7 +44,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -54,6 +53,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
+#include "common/base/clock.h"
 #include "common/kernels/linear_kernels.h"
 #include "common/model/eagle3_head.h"
 #include "common/model/threads.h"
@@ -78,11 +78,7 @@ struct Arm {
 // Seconds on a clock that only differences are taken of: steady wall time, or with `cpu` the
 // calling thread's CPU time.
 double ClockSeconds(bool cpu) {
-  if (cpu) {
-    timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-  }
+  if (cpu) return ThreadCpuSeconds();
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }
 

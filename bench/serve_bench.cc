@@ -58,6 +58,7 @@
 #include "bench/bench_util.h"
 #include "fleet/record_shipper.h"
 #include "buffer/replay_logger.h"
+#include "common/base/clock.h"
 #include "common/base/rng.h"
 #include "common/model/threads.h"
 #include "serve/http_server.h"
@@ -195,9 +196,7 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
     }
     ship_thread = std::thread([&] {
       shipper->Run(stop_shipping);
-      timespec ts;
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-      ship_thread_cpu = ts.tv_sec + ts.tv_nsec * 1e-9;
+      ship_thread_cpu = ThreadCpuSeconds();
     });
   }
 

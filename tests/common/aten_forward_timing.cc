@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <limits>
 #include <map>
 #include <memory>
@@ -30,6 +29,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
+#include "common/base/clock.h"
 #include "common/model/llama_model.h"
 #include "common/model/rope.h"
 #include "tests/testing/temp_dir.h"
@@ -157,11 +157,7 @@ class PerSequenceForward {
 // This thread's CPU time (the forwards run on it alone: --threads 1), so that a shared machine's
 // descheduling does not count; wall time with more threads.
 double Seconds(bool cpu) {
-  if (cpu) {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-  }
+  if (cpu) return ThreadCpuSeconds();
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 

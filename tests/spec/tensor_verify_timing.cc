@@ -5,7 +5,6 @@
 //   tensor_verify_timing [B=16] [k=4] [V=512] [rounds=11] [iters=200]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "buffer/record_builder.h"
+#include "common/base/clock.h"
 #include "common/base/rng.h"
 #include "common/base/sampling.h"
 #include "common/spec/chain_verify.h"
@@ -24,12 +24,6 @@
 namespace {
 
 using namespace specloop;
-
-double ThreadSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -125,9 +119,9 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r) {
     for (Arm& arm : arms) {
       arm.run();  // warm
-      const double t0 = ThreadSeconds();
+      const double t0 = ThreadCpuSeconds();
       for (int i = 0; i < iters; ++i) arm.run();
-      arm.per_round.push_back((ThreadSeconds() - t0) / iters * 1e6);
+      arm.per_round.push_back((ThreadCpuSeconds() - t0) / iters * 1e6);
     }
   }
   std::printf("B=%d k=%d V=%d rounds=%d iters=%d (one ATen thread, thread CPU time; sink %lld)\n", B,
