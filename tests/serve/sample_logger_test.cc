@@ -13,16 +13,35 @@
 namespace specloop {
 namespace {
 
-TEST(SampleLogger, WritesOneRecordPerRequestWithEveryStep) {
-  serve_test::TempDir dir;
-  std::unique_ptr<ReplayLogger> logger;
-  ASSERT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), dir.path(), &logger).ok());
-  {
+// The tests below on one replay logger each: SetUp opens it on a fresh temporary directory (a
+// fatal failure if it does not open). A test's SampleLogger lives in a scope that ends before it
+// closes logger_: the SampleLogger's destructor drains its queue into the logger.
+class SampleLoggerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), dir_.path(), &logger_).ok());
+  }
+
+  // The options most tests share: 4 ids a row, every other option at its default.
+  static SampleLoggerOptions TopK4() {
     SampleLoggerOptions o;
     o.top_k = 4;
+    return o;
+  }
+
+  // The records in the buffer directory; call after logger_->Close().
+  std::vector<Record> Records() const { return serve_test::ReadRecords(dir_.path()); }
+
+  serve_test::TempDir dir_;  // outlives logger_ (members are destroyed in reverse order)
+  std::unique_ptr<ReplayLogger> logger_;
+};
+
+TEST_F(SampleLoggerTest, WritesOneRecordPerRequestWithEveryStep) {
+  {
+    SampleLoggerOptions o = TopK4();
     o.worker_id = 7;
     o.target_id = "t-1";
-    SampleLogger sl(logger.get(), o);
+    SampleLogger sl(logger_.get(), o);
     SamplingParams sp;
     sp.temperature = 0;
     auto trace = sl.Begin("prose", "cmpl-1", 3, sp, {1, 10, 11});
@@ -33,10 +52,10 @@ TEST(SampleLogger, WritesOneRecordPerRequestWithEveryStep) {
     sl.AddStep(trace, 5, {}, 0, at::randn({1, 8}));
     sl.Finish(trace, {1, 10, 11, 20, 30, 31});
   }  // drains
-  ASSERT_TRUE(logger->Close().ok());
-  EXPECT_EQ(logger->stats().records_written.load(), 1u);
+  ASSERT_TRUE(logger_->Close().ok());
+  EXPECT_EQ(logger_->stats().records_written.load(), 1u);
 
-  const std::vector<Record> got = serve_test::ReadRecords(dir.path());
+  const std::vector<Record> got = Records();
   ASSERT_EQ(got.size(), 1u);
   const Record& r = got[0];
   EXPECT_EQ(r.domain, "prose");
@@ -56,34 +75,27 @@ TEST(SampleLogger, WritesOneRecordPerRequestWithEveryStep) {
   EXPECT_EQ(ValidateRecord(r), "");
 }
 
-TEST(SampleLogger, DropsStepsPastTheBacklogInsteadOfBlocking) {
-  serve_test::TempDir dir;
-  std::unique_ptr<ReplayLogger> logger;
-  ASSERT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), dir.path(), &logger).ok());
+TEST_F(SampleLoggerTest, DropsStepsPastTheBacklogInsteadOfBlocking) {
   SampleLoggerOptions o;
   o.max_pending_steps = 4;
   o.top_k = 64;
-  auto sl = std::make_unique<SampleLogger>(logger.get(), o);
+  auto sl = std::make_unique<SampleLogger>(logger_.get(), o);
   auto trace = sl->Begin("c", "cmpl-2", 0, SamplingParams(), {1});
   at::Tensor rows = at::randn({9, 4096});
   for (int i = 0; i < 2000; ++i) sl->AddStep(trace, 1, {1, 2, 3, 4, 5, 6, 7, 8}, 8, rows);
   EXPECT_GT(sl->steps_dropped(), 0u);
   sl->Finish(trace, {1});
   sl.reset();
-  ASSERT_TRUE(logger->Close().ok());
+  ASSERT_TRUE(logger_->Close().ok());
 }
 
 // A prompt chunk's rows become one k = 0 step per position, in order, and count against the
 // backlog as that many steps: a chunk larger than the room left is dropped whole and counted.
-TEST(SampleLogger, PromptRowsAreStepsOfTheirPositionsAndCountAgainstTheBacklog) {
-  serve_test::TempDir dir;
-  std::unique_ptr<ReplayLogger> logger;
-  ASSERT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), dir.path(), &logger).ok());
+TEST_F(SampleLoggerTest, PromptRowsAreStepsOfTheirPositionsAndCountAgainstTheBacklog) {
   {
-    SampleLoggerOptions o;
-    o.top_k = 4;
+    SampleLoggerOptions o = TopK4();
     o.max_pending_steps = 8;
-    SampleLogger sl(logger.get(), o);
+    SampleLogger sl(logger_.get(), o);
     auto trace = sl.Begin("c", "cmpl-3", 0, SamplingParams(), {1, 10, 11, 12, 13});
     at::Tensor rows = at::full({3, 8}, -5.0f);
     for (int i = 0; i < 3; ++i) rows[i][i + 1] = 5.0f;  // position i + 2's top token: i + 1
@@ -93,8 +105,8 @@ TEST(SampleLogger, PromptRowsAreStepsOfTheirPositionsAndCountAgainstTheBacklog) 
     sl.AddStep(trace, 5, {}, 0, at::randn({1, 8}));
     sl.Finish(trace, {1, 10, 11, 12, 13, 20});
   }
-  ASSERT_TRUE(logger->Close().ok());
-  const std::vector<Record> got = serve_test::ReadRecords(dir.path());
+  ASSERT_TRUE(logger_->Close().ok());
+  const std::vector<Record> got = Records();
   ASSERT_EQ(got.size(), 1u);
   const Record& r = got[0];
   EXPECT_EQ(ValidateRecord(r), "");
@@ -111,14 +123,10 @@ TEST(SampleLogger, PromptRowsAreStepsOfTheirPositionsAndCountAgainstTheBacklog) 
 // Steps the record builder refuses (rows not k + 1, prompt rows outside the prompt) are counted
 // as dropped and the record keeps the rest; a record whose tokens are shorter than its prompt
 // is refused whole and counted.
-TEST(SampleLogger, CountsWhatTheRecordBuilderRefuses) {
-  serve_test::TempDir dir;
-  std::unique_ptr<ReplayLogger> logger;
-  ASSERT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), dir.path(), &logger).ok());
+TEST_F(SampleLoggerTest, CountsWhatTheRecordBuilderRefuses) {
   {
-    SampleLoggerOptions o;
-    o.top_k = 4;
-    SampleLogger sl(logger.get(), o);
+    SampleLoggerOptions o = TopK4();
+    SampleLogger sl(logger_.get(), o);
     auto trace = sl.Begin("c", "cmpl-4", 0, SamplingParams(), {1, 10, 11});
     sl.AddStep(trace, 3, {20, 21}, 1, at::randn({2, 8}));  // k = 2 needs 3 rows
     sl.AddPromptRows(trace, 0, at::zeros({2, 8}));         // position 0 is no prompt row
@@ -134,25 +142,20 @@ TEST(SampleLogger, CountsWhatTheRecordBuilderRefuses) {
     EXPECT_EQ(sl.steps_dropped(), 3u);
     EXPECT_EQ(sl.records_refused(), 1u);
   }
-  ASSERT_TRUE(logger->Close().ok());
-  const std::vector<Record> got = serve_test::ReadRecords(dir.path());
+  ASSERT_TRUE(logger_->Close().ok());
+  const std::vector<Record> got = Records();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].request_id, "cmpl-4");
   ASSERT_EQ(got[0].steps.size(), 1u);
   EXPECT_EQ(got[0].steps[0].draft_tokens, (std::vector<int32_t>{20}));
 }
 
-
 // A queued step holds a copy of its own rows, not a view of the batch it came from: the batch's
 // storage is the caller's alone once AddStep returns, and the queue counts only the step's rows.
-TEST(SampleLogger, QueuedStepsHoldOnlyTheirOwnRows) {
-  serve_test::TempDir dir;
-  std::unique_ptr<ReplayLogger> logger;
-  ASSERT_TRUE(ReplayLogger::Open(BufferOptions(), LoggerOptions(), dir.path(), &logger).ok());
+TEST_F(SampleLoggerTest, QueuedStepsHoldOnlyTheirOwnRows) {
   {
-    SampleLoggerOptions o;
-    o.top_k = 4;
-    SampleLogger sl(logger.get(), o);
+    SampleLoggerOptions o = TopK4();
+    SampleLogger sl(logger_.get(), o);
     auto trace = sl.Begin("c", "cmpl-6", 0, SamplingParams(), {1, 10, 11});
     const at::Tensor batch = at::randn({16 * 3, 4096});  // 16 sequences' 3 rows each
     sl.AddStep(trace, 3, {20, 21}, 1, batch.narrow(0, 3, 3));
@@ -160,8 +163,8 @@ TEST(SampleLogger, QueuedStepsHoldOnlyTheirOwnRows) {
     EXPECT_EQ(sl.peak_pending_bytes(), size_t{3 * 4096 * 4});
     sl.Finish(trace, {1, 10, 11, 20, 30});
   }
-  ASSERT_TRUE(logger->Close().ok());
-  const std::vector<Record> got = serve_test::ReadRecords(dir.path());
+  ASSERT_TRUE(logger_->Close().ok());
+  const std::vector<Record> got = Records();
   ASSERT_EQ(got.size(), 1u);
   ASSERT_EQ(got[0].steps.size(), 1u);
   EXPECT_EQ(got[0].steps[0].topk_ids.size(), 12u);
