@@ -92,9 +92,8 @@ BatchedAttention::BatchedAttention(const std::vector<AttentionInput>& inputs, in
     block.assign(seqs_ * nb, 0);
     for (int64_t s = 0; s < seqs_; ++s) {
       const AttentionInput& in = inputs[s];
-      for (int64_t i = 0; i < nb; ++i) {
-        block[s * nb + i] = (*in.blocks)[i < KVBlockPool::BlocksFor(in.past) ? i : 0];
-      }
+      const int64_t own = KVBlockPool::BlocksFor(in.past);  // blocks holding its cached slots
+      for (int64_t i = 0; i < nb; ++i) block[s * nb + i] = (*in.blocks)[i < own ? i : 0];
     }
     read_block_ = upload->Append(block);
   }
