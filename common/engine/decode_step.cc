@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <stdexcept>
 
 #include <c10/core/InferenceMode.h>
 
@@ -181,7 +182,7 @@ double TreeAcceptance::Rate(const StepCostTable& costs, int depth, int batch,
 
 void DecodeStep(const LlamaModel& target, StepCostTable* costs,
                 const std::vector<DecodeSlot*>& slots, DecodeStepTimes* times,
-                PrefillChunks* prefill) {
+                PrefillChunks* prefill, const DecodeStepOptions& options) {
   c10::InferenceMode guard;
   const int batch = static_cast<int>(slots.size());
   // 1-2. Each sequence's k, then its drafts: the model-drafting ones in one batch.
@@ -317,10 +318,13 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   }
   if (inputs.empty()) return;
   at::Tensor logits, hidden;
+  bool on_device = false;  // the chains verified together on the logits' device
   const auto t0 = Clock::now();
   try {
     logits = layers.empty() ? target.Forward(inputs) : target.Forward(inputs, layers, &hidden);
-    logits = logits.to(at::kCPU).contiguous();
+    on_device = options.verify == VerifyPlace::kDevice ||
+                (options.verify == VerifyPlace::kAuto && !logits.device().is_cpu());
+    if (!on_device) logits = logits.to(at::kCPU).contiguous();
   } catch (const std::exception& e) {
     for (DecodeSlot* slot : live) FailSlot(slot, "target forward failed", e);
     if (prefill != nullptr && inputs.size() > live.size()) {
@@ -332,7 +336,8 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   if (prefill != nullptr) {
     int64_t at = static_cast<int64_t>(decode_rows);  // after the decoding sequences' rows
     for (const int64_t n : chunk_rows) {
-      prefill->logits.push_back(logits.narrow(0, at, n));
+      prefill->logits.push_back(on_device ? logits.narrow(0, at, n).to(at::kCPU, at::kFloat)
+                                          : logits.narrow(0, at, n));
       at += n;
     }
     at = static_cast<int64_t>(decode_rows);  // every token of a chunk has a feature row
@@ -352,16 +357,60 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   double catch_up_s = 0;  // the step's catch-ups
   int draft_sequences = 0, draft_forwards = 0;
   bool draft_ran = false, unbatched = false;  // a tree or another proposer drafted
+  auto slot_rows = [&](size_t i) {
+    return (i + 1 < live.size() ? offsets[i + 1] : decode_rows) - offsets[i];
+  };
+  // On the device: every chain's outcome in one batched call (a tree keeps the host path).
+  std::vector<DeviceChainResult> device_results;
+  std::vector<int> device_index(live.size(), -1);
+  if (on_device) {
+    std::vector<DeviceChain> chains;
+    for (size_t i = 0; i < live.size(); ++i) {
+      const SpeculativeDecoder& decoder = *live[i]->decoder;
+      if (decoder.draft().is_tree()) continue;
+      const int64_t k = decoder.draft().tokens.size();
+      device_index[i] = static_cast<int>(chains.size());
+      chains.push_back({static_cast<int64_t>(offsets[i] + slot_rows(i)) - (k + 1),
+                        &decoder.draft(), decoder.sampling(), decoder.rng()});
+    }
+    const auto c0 = Clock::now();
+    try {
+      const Status s =
+          VerifyChainsOnDevice(logits.narrow(0, 0, static_cast<int64_t>(decode_rows)), chains,
+                               &device_results, options.chain_verifier_for_testing);
+      if (!s.ok()) throw std::runtime_error(s.ToString());
+    } catch (const std::exception& e) {  // the batch's call touched every chain
+      for (size_t i = 0; i < live.size(); ++i) {
+        if (device_index[i] >= 0) FailSlot(live[i], "verification failed", e);
+      }
+    }
+    verify_s += SecondsSince(c0);
+  }
   for (size_t i = 0; i < live.size(); ++i) {
     DecodeSlot* slot = live[i];
-    const size_t n = (i + 1 < live.size() ? offsets[i + 1] : decode_rows) - offsets[i];
+    if (!slot->error.empty()) continue;  // its device verification failed
+    const size_t n = slot_rows(i);
     try {
-      const at::Tensor mine = logits.narrow(0, offsets[i], n);
       const auto c0 = Clock::now();
+      at::Tensor mine = logits.narrow(0, offsets[i], n);
       // Decoding inputs ask every row's logits: their feature rows are the same rows.
-      slot->emitted = slot->decoder->Commit(
-          mine, hidden.defined() ? hidden.narrow(0, offsets[i], n) : at::Tensor());
-      if (slot->on_commit) slot->on_commit(*slot, mine);
+      const at::Tensor features =
+          hidden.defined() ? hidden.narrow(0, offsets[i], n) : at::Tensor();
+      if (device_index[i] >= 0) {
+        const DeviceChainResult& r = device_results[device_index[i]];
+        if (!r.status.ok()) {
+          slot->error = "verification failed: " + r.status.ToString();
+          continue;
+        }
+        slot->emitted = slot->decoder->CommitOutcome(r.outcome, r.optimal, features);
+      } else {
+        if (on_device) mine = mine.to(at::kCPU, at::kFloat).contiguous();
+        slot->emitted = slot->decoder->Commit(mine, features);
+      }
+      if (slot->on_commit) {
+        if (on_device) mine = mine.to(at::kCPU, at::kFloat).contiguous();  // no-op when there
+        slot->on_commit(*slot, mine);
+      }
       verify_s += SecondsSince(c0);
     } catch (const std::exception& e) {
       FailSlot(slot, "verification failed", e);

@@ -13,8 +13,9 @@
 //      proposer; the slot's `kind` names the plan taken;
 //   3. runs ONE target forward over every sequence's pending token and drafts (returning the
 //      features a feature draft reads, when a slot has one);
-//   4. verifies each sequence's rows (SpeculativeDecoder::Commit, exact) and calls its
-//      `on_commit` (the server's sample logger), inside the step's timing;
+//   4. verifies each sequence's rows (SpeculativeDecoder::Commit, exact; on a device, or where
+//      DecodeStepOptions ask, the chains together on the logits' device, device_chain_verify.h)
+//      and calls its `on_commit` (the server's sample logger), inside the step's timing;
 //   5. feeds the measured costs to the table (the forward with its verification by rows and
 //      attended context, the batched draft forwards, the catch-ups) and each outcome to its
 //      sequence's policy.
@@ -28,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "common/engine/device_chain_verify.h"
 #include "common/engine/draft_model_proposer.h"
 #include "common/engine/feature_draft_proposer.h"
 #include "common/engine/speculative_decoder.h"
@@ -127,9 +129,9 @@ struct DecodeSlot {
   // Optional (adaptive k, draft_proposer set): token trees on offer (TreeAcceptance); the step
   // sets the draft proposer's branching to the tree's or to none.
   TreeAcceptance* tree = nullptr;
-  // Called after verification with this step's target rows (the last drafted + 1 are the
-  // verified ones; the block is decoder->draft()); its time counts as the rows' cost. May
-  // throw (the slot fails).
+  // Called after verification with this step's target rows (float32, CPU; the last drafted + 1
+  // are the verified ones; the block is decoder->draft()); its time counts as the rows' cost.
+  // May throw (the slot fails).
   std::function<void(const DecodeSlot&, const at::Tensor& rows)> on_commit;
   // Tests only (null in serving, `generate` and the benches): called once this step's block is
   // drafted (decoder->draft(), non-empty), before the target forward; false drops the block and
@@ -150,7 +152,9 @@ struct DecodeSlot {
 };
 
 struct DecodeStepTimes {
-  double forward_seconds = 0;  // the batched target forward
+  // The batched target forward (with the device path, kernels still queued on the device
+  // when it returns finish inside the verification's copy back).
+  double forward_seconds = 0;
   int sequences = 0;           // decoding sequences in it
   int rows = 0;                // their rows
   int chunks = 0;              // prompt chunks in it (PrefillChunks)
@@ -163,7 +167,8 @@ struct PrefillChunks {
   std::vector<ForwardInput> inputs;
   // After the step, per input in order: the target's logits rows it asked for (its
   // ForwardInput::logit_rows; else all_logits' every row, else its last row, which nothing
-  // reads), views into the step's logits. Empty when the forward failed.
+  // reads), views into the step's CPU logits (float32 copies when the step verified on a
+  // device: VerifyPlace). Empty when the forward failed.
   std::vector<at::Tensor> logits;
   // Per input, its tokens' features (every row) when the step's forward returned any (a slot
   // drafts from features: the chunk's sequence should get them, SpeculativeDecoder::
@@ -175,11 +180,34 @@ struct PrefillChunks {
   std::string error;  // set when the target forward failed (the chunks are lost)
 };
 
+// Where a step verifies its chain blocks (trees are always verified on the host).
+enum class VerifyPlace {
+  // On the logits' device when the target's logits are not on the CPU, else on the host.
+  kAuto,
+  // Every sequence on the host: its rows copied to the CPU, SpeculativeDecoder::Commit.
+  kHost,
+  // The chains of the step in one batched call on the logits' device (device_chain_verify.h),
+  // then SpeculativeDecoder::CommitOutcome; on the CPU too (tests: the same tokens as the host
+  // path with the same seeds, up to rounding at a uniform's boundary).
+  kDevice,
+};
+
+struct DecodeStepOptions {
+  // Default: kAuto (on the CPU the host path is faster: tests/spec/tensor_verify_timing).
+  VerifyPlace verify = VerifyPlace::kAuto;
+  // Tests only: the device path's sampled-chain verifier (null: spec::VerifyChainTensors), so
+  // that a test can show that its comparison with the host path catches a broken one.
+  ChainTensorVerifier chain_verifier_for_testing = nullptr;
+};
+
 // Resets every slot's outcome, then steps them, and runs `prefill`'s chunks (may be null) in
 // the same target forward. REQUIRES: every slot's decoder is not finished and has no prompt
 // left to prefill; a slot with a policy needs `costs` (null: nothing is measured).
+// With the device path, on_commit still gets float32 CPU rows (only those slots' rows, and the
+// prompt chunks' and the trees', are copied to the host).
 void DecodeStep(const LlamaModel& target, StepCostTable* costs,
                 const std::vector<DecodeSlot*>& slots, DecodeStepTimes* times = nullptr,
-                PrefillChunks* prefill = nullptr);
+                PrefillChunks* prefill = nullptr,
+                const DecodeStepOptions& options = DecodeStepOptions());
 
 }  // namespace specloop

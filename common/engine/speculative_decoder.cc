@@ -207,15 +207,54 @@ std::vector<int> SpeculativeDecoder::Commit(const at::Tensor& logits, const at::
   const int64_t past = cached_.size();
   std::vector<int64_t> kept;  // rows whose positions the cache keeps, in order
   std::vector<int> emitted = Verify(logits, &kept);
-  if (features_ != nullptr && hidden.defined()) {
-    const int64_t n = static_cast<int64_t>(cached_.size()) - past;
-    TORCH_CHECK(n <= static_cast<int64_t>(kept.size()), "kept rows out of step");
-    kept.resize(n);
-    if (n > 0) {
-      features_->AddFeatures(
-          past, hidden.index_select(0, at::tensor(kept, at::kLong).to(hidden.device())));
-    }
+  KeepFeatures(past, std::move(kept), hidden);
+  return emitted;
+}
+
+void SpeculativeDecoder::KeepFeatures(int64_t past, std::vector<int64_t> kept,
+                                      const at::Tensor& hidden) {
+  if (features_ == nullptr || !hidden.defined()) return;
+  const int64_t n = static_cast<int64_t>(cached_.size()) - past;
+  TORCH_CHECK(n <= static_cast<int64_t>(kept.size()), "kept rows out of step");
+  kept.resize(n);
+  if (n > 0) {
+    features_->AddFeatures(
+        past, hidden.index_select(0, at::tensor(kept, at::kLong).to(hidden.device())));
   }
+}
+
+std::vector<int> SpeculativeDecoder::CommitOutcome(const spec::ChainOutcome& outcome,
+                                                   double optimal, const at::Tensor& hidden) {
+  const int V = target_->config().vocab_size;
+  const int k = static_cast<int>(draft_.tokens.size());
+  const int a = outcome.num_accepted;
+  TORCH_CHECK(!draft_.is_tree(), "CommitOutcome: a tree block is verified by Commit");
+  TORCH_CHECK(a >= 0 && a <= k && outcome.tokens.size() == static_cast<size_t>(a) + 1,
+              "CommitOutcome: ", a, " accepted and ", outcome.tokens.size(), " tokens for k = ",
+              k);
+  for (int i = 0; i <= a; ++i) {
+    TORCH_CHECK(outcome.tokens[i] >= 0 && outcome.tokens[i] < V, "CommitOutcome: token ",
+                outcome.tokens[i], " outside the vocabulary");
+    TORCH_CHECK(i == a || outcome.tokens[i] == draft_.tokens[i],
+                "CommitOutcome: accepted token ", i, " is not the draft's");
+  }
+  // The draws Verify's verifier makes (spec::VerifyChain, or SampleToken for k = 0).
+  const int draws = options_.sampling.greedy() ? 0 : k == 0 ? 1 : a == k ? k + 1 : a + 2;
+  for (int i = 0; i < draws; ++i) rng_.Uniform();
+  const size_t before = tokens_.size();
+  const int64_t past = cached_.size();
+  last_tree_path_.clear();
+  last_tested_ = k > 0 ? a + (a < k ? 1 : 0) : 0;
+  last_optimal_ = OptimalAcceptance();
+  if (k > 0) last_optimal_ = {optimal, last_tested_};
+  // As Verify: the cache holds the catch-up tokens and the whole block, every row kept.
+  std::vector<int64_t> kept;
+  const int64_t rows = static_cast<int64_t>(tokens_.size() - cached_.size()) + k;
+  for (int64_t i = 0; i < rows; ++i) kept.push_back(i);
+  cached_.insert(cached_.end(), tokens_.begin() + cached_.size(), tokens_.end());
+  cached_.insert(cached_.end(), draft_.tokens.begin(), draft_.tokens.end());
+  std::vector<int> emitted = Emit(outcome, k, before);
+  KeepFeatures(past, std::move(kept), hidden);
   return emitted;
 }
 

@@ -164,6 +164,23 @@ class SpeculativeDecoder {
   // of the positions the cache keeps go to the proposer.
   std::vector<int> Commit(const at::Tensor& rows, const at::Tensor& hidden = at::Tensor());
 
+  // Commit with the chain's verification done elsewhere (DecodeStep verifies a batch's chains
+  // on the logits' device: device_chain_verify.h): `outcome` must come from this step's chain
+  // (not a tree) and rows, processed under sampling(), with the uniforms that a copy of rng()
+  // taken before this call draws. Advances rng() by exactly the draws Commit's verifier makes
+  // (sampled: k + 1 after k acceptances, else num_accepted + 2; a plain step 1; greedy none), so
+  // that the stream goes on as Commit's would; records the stats with `optimal` as the step's
+  // alpha* (last_optimal(), over its tested positions), emits and rolls the cache back as
+  // Commit does, and hands `hidden` (as Commit's) to a feature proposer. Throws (nothing
+  // committed) on an outcome that does not fit the block: num_accepted outside [0, k], not
+  // num_accepted + 1 tokens, accepted tokens other than the drafts, a token outside the
+  // vocabulary.
+  std::vector<int> CommitOutcome(const spec::ChainOutcome& outcome, double optimal,
+                                 const at::Tensor& hidden = at::Tensor());
+  // The target's processing of this sequence's rows, and its random stream (Commit's draws).
+  const SamplingParams& sampling() const { return options_.sampling; }
+  const Rng& rng() const { return rng_; }
+
   // The target layers whose inputs the proposer reads (empty: none): every forward of this
   // sequence should return them, and chunked prefill hand them to PrefillFeatures().
   std::vector<int> feature_layers() const;
@@ -180,6 +197,9 @@ class SpeculativeDecoder {
   // Records stats and appends the outcome's tokens (cut at EOS, max_tokens, the context limit);
   // rolls the cache back to what the committed tokens keep. `before`: tokens_.size() before.
   std::vector<int> Emit(const spec::ChainOutcome& outcome, int k, size_t before);
+  // Commit's last part: the features of the positions the cache keeps (the first
+  // cached_.size() - past of `kept`, rows of `hidden`) go to the feature proposer.
+  void KeepFeatures(int64_t past, std::vector<int64_t> kept, const at::Tensor& hidden);
 
   const LlamaModel* target_;
   Proposer* proposer_;

@@ -40,6 +40,10 @@ SHARED=$ROOT/.gpu/shared
 # The targets that hold the CUDA checks (cmake/gpu_harness.cmake).
 TEST_BINARIES=(tests/common/engine_test tests/spec/spec_engine_test tests/trainer/trainer_test)
 TARGETS=(engine_test spec_engine_test trainer_test specloop gpu_bench)
+# DecodeStep's chains verified on the logits' device against the host path
+# (tests/spec/decode_step_device_verify_test.cc: SameTokensAsTheHostPathOnCuda).
+TEST_BINARIES+=(tests/spec/decode_step_device_verify_test)
+TARGETS+=(decode_step_device_verify_test)
 
 mkdir -p "$OUT"
 LOG=$OUT/run.log
