@@ -15,6 +15,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -349,6 +351,74 @@ TEST(DecodeStepDeviceVerify, DISABLED_ManySampledSteps) {
   std::cout << diverged << " of " << sequences << " sequences differ over " << steps
             << " sequence-steps (" << uniforms << " uniforms)\n";
   EXPECT_EQ(diverged, 0);
+}
+
+// A sanity figure, not a claim (not in the default suite: --gtest_also_run_disabled_tests):
+// DecodeStep's wall time per step with the forced device path against the host path on the CPU,
+// batch 16 (the mix above), four arms stepped in rotation (host, device, host twin, device twin)
+// so that the machine's load falls on all alike; medians over the steps every arm ran.
+TEST(DecodeStepDeviceVerify, DISABLED_StepTimeForcedVsHost) {
+  c10::InferenceMode guard;
+  const Models& m = Fixture();
+  for (const bool greedy : {true, false}) {
+    const SamplingParams base = greedy ? Greedy() : Sampled();
+    const VerifyPlace places[4] = {VerifyPlace::kHost, VerifyPlace::kDevice, VerifyPlace::kHost,
+                                   VerifyPlace::kDevice};
+    std::vector<std::vector<std::unique_ptr<Sequence>>> arms(4);
+    for (auto& arm : arms) {
+      for (int b = 0; b < 16; ++b) {
+        auto s = std::make_unique<Sequence>();
+        GenerateOptions g;
+        g.max_tokens = 64;
+        g.stop_at_eos = false;
+        g.sampling = base;
+        g.sampling.seed = 1000 + b;
+        SamplingParams drafting = g.sampling;
+        drafting.seed = 100000 + b;
+        auto p = std::make_unique<DraftModelProposer>(m.draft.get(), drafting);
+        s->slot.draft_proposer = p.get();
+        s->proposer = std::move(p);
+        s->decoder = std::make_unique<SpeculativeDecoder>(
+            m.target.get(), s->proposer.get(), m.prompts[b % m.prompts.size()], g);
+        s->slot.decoder = s->decoder.get();
+        s->slot.proposer = s->proposer.get();
+        s->slot.fixed_k = 4;
+        arm.push_back(std::move(s));
+      }
+    }
+    std::vector<std::vector<double>> seconds(4);
+    for (bool any = true; any;) {
+      any = false;
+      for (int a = 0; a < 4; ++a) {
+        std::vector<DecodeSlot*> slots;
+        for (auto& s : arms[a]) {
+          if (!s->decoder->finished()) slots.push_back(&s->slot);
+        }
+        if (slots.size() < 16) continue;  // time full batches only
+        any = true;
+        DecodeStepOptions o;
+        o.verify = places[a];
+        const auto t0 = std::chrono::steady_clock::now();
+        DecodeStep(*m.target, nullptr, slots, nullptr, nullptr, o);
+        seconds[a].push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        for (DecodeSlot* slot : slots) ASSERT_EQ(slot->error, "");
+      }
+    }
+    size_t n = seconds[0].size();
+    for (const auto& v : seconds) n = std::min(n, v.size());
+    std::vector<double> med(4);
+    for (int a = 0; a < 4; ++a) {
+      std::vector<double> v(seconds[a].begin(), seconds[a].begin() + n);
+      std::sort(v.begin(), v.end());
+      med[a] = v[v.size() / 2];
+    }
+    std::cout << (greedy ? "greedy" : "T 0.8 top-p 0.9") << ", batch 16, k 4, " << n
+              << " steps an arm: median step ms host " << med[0] * 1e3 << " / " << med[2] * 1e3
+              << ", device " << med[1] * 1e3 << " / " << med[3] * 1e3 << "; device/host "
+              << med[1] / med[0] << " / " << med[3] / med[2] << ", twins host " << med[2] / med[0]
+              << " device " << med[3] / med[1] << "\n";
+  }
 }
 
 }  // namespace
