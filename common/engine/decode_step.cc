@@ -192,6 +192,21 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   if (prefill != nullptr) {
     for (const ForwardInput& chunk : prefill->inputs) planned_chunk_rows += chunk.tokens.size();
   }
+  // The plain refresh (SpeculationPolicyOptions::plain_refresh_steps): where the batch's plain
+  // step has gone unmeasured too long, every slot decodes plainly, no block of any kind, so
+  // that this forward measures it.
+  bool refresh = false;
+  if (costs != nullptr) {
+    for (const DecodeSlot* slot : slots) {
+      if (slot->policy != nullptr &&
+          costs->PlainRefreshDue(batch, planned_chunk_rows,
+                                 slot->policy->options().plain_refresh_steps)) {
+        refresh = true;
+        costs->MarkPlainRefresh();
+        break;
+      }
+    }
+  }
   for (DecodeSlot* slot : slots) {
     slot->k = 0;
     slot->kind = BlockKind::kNone;
@@ -202,7 +217,9 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     try {
       SpeculativeDecoder& decoder = *slot->decoder;
       const std::vector<int>& tokens = decoder.tokens();
-      if (slot->policy != nullptr) {
+      if (slot->policy != nullptr && refresh) {
+        slot->k = 0;
+      } else if (slot->policy != nullptr) {
         const int64_t context = static_cast<int64_t>(tokens.size()) - 1;
         slot->k = slot->can_draft
                       ? slot->policy->ChooseK(*costs, batch, context,

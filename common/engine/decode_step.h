@@ -6,7 +6,9 @@
 //      prompt lookup (adaptive k only), the model-free block that promises the most tokens per
 //      second instead, where it beats that k (see SuffixAcceptance); with a TreeAcceptance, a
 //      token tree where it promises more than that k. The choice reads the context and past
-//      steps only, so verification stays exact;
+//      steps only, so verification stays exact. Where the table says the batch's plain step
+//      is due to be measured again (StepCostTable::PlainRefreshDue), every slot with a policy
+//      decodes plainly instead, no block of any kind;
 //   2. drafts: the sequences that draft with a model together (DraftModelProposer::ProposeBatch:
 //      one batched draft forward per drafted position), those that draft from the target's
 //      features likewise (FeatureDraftProposer::ProposeBatch), the others through their

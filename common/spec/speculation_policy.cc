@@ -65,16 +65,6 @@ int SpeculationPolicy::ChooseK(const StepCostTable& costs, int batch, int64_t co
     const double n = static_cast<double>(remaining);
     if (costs.CatchUpSeconds(catch_up_tokens) >= n / rate[0] - n / rate[best]) return 0;
   }
-  // The plain step's cost, refreshed when stale (see plain_refresh_steps). Every slot of this
-  // policy in the same step (the same observation count) refreshes with the first.
-  const int64_t now = costs.TargetObservations();
-  const int64_t limit = options_.plain_refresh_steps;
-  if (batch >= 2 && limit > 0 &&
-      (now == refreshed_at_ ||
-       (costs.TargetAge(batch + std::max(0, chunk_rows)) > limit && now - refreshed_at_ > limit))) {
-    refreshed_at_ = now;
-    return 0;
-  }
   // Exploration: a neighbouring length, alternately above and below (never k = 0: a plain step
   // of one sequence amid speculation runs cold and is not recorded).
   const int interval = std::max(1, options_.explore_interval);

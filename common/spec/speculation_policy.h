@@ -16,10 +16,8 @@
 // (its prompt, tokens decoded plainly) speculates only where the time saved over the tokens it
 // has left repays the draft's catch-up. Every `explore_interval`-th choice while speculating
 // takes a neighbouring length instead, so that the lengths compared against stay measured
-// under the machine's current load, and in a batch a plain step is taken whenever the plain
-// step's cost has gone unmeasured for `plain_refresh_steps` forwards (a stale plain cost, say
-// one start-up outlier, would otherwise hold a batch in speculation: speculating never
-// measures it); while plain decoding wins, a probe speculates once the
+// under the machine's current load (the plain step's own cost is kept measured by the batch's
+// plain refresh: `plain_refresh_steps`); while plain decoding wins, a probe speculates once the
 // plain decoding time since the last probe is `1 / probe_share` times the probe's expected
 // cost, so that acceptance keeps being measured at a bounded price.
 //
@@ -48,11 +46,12 @@ struct SpeculationPolicyOptions {
   int explore_interval = 16;
   // While plain decoding wins, probes take at most this share of the time. Default: 0.01.
   double probe_share = 0.01;
-  // While speculating in a batch of two or more sequences, a step whose plain alternative
-  // (the forward over the batch's one row each and the prompt chunks) was last measured more
-  // than this many target forwards ago decodes plainly, so that the cost speculation is
-  // weighed against is measured under the machine's current load. Every policy in the step
-  // sees the same age, so the whole batch steps plainly together. Default: 64; <= 0: never.
+  // In a batch of two or more sequences, a step whose plain alternative (the forward over the
+  // batch's one row each and the prompt chunks) was last measured more than this many target
+  // forwards ago decodes plainly throughout, no block of any kind, so that the cost
+  // speculation is weighed against is measured under the machine's current load
+  // (StepCostTable::PlainRefreshDue; DecodeStep takes it for the whole batch). Default: 64;
+  // <= 0: never.
   int plain_refresh_steps = 64;
 };
 
@@ -85,7 +84,6 @@ class SpeculationPolicy {
   int current_ = -1;
   int64_t spec_choices_ = 0;   // choices while speculating, for exploration
   double plain_seconds_ = 0;   // plain decoding's time since the last probe (this policy's share)
-  int64_t refreshed_at_ = -1;  // costs' TargetObservations() at the last plain refresh
 };
 
 }  // namespace specloop

@@ -112,6 +112,12 @@ double StepCostTable::StepSeconds(const Step& step) const {
          target_.Seconds(all) * step.rows / all + slope_ * std::max(0.0, step.attended);
 }
 
+bool StepCostTable::PlainRefreshDue(int batch, int chunk_rows, int64_t every) const {
+  if (batch < 2 || every <= 0 || target_.empty()) return false;
+  return TargetAge(batch + std::max(0, chunk_rows)) > every &&
+         (refreshed_at_ < 0 || target_.clock() - refreshed_at_ > every);
+}
+
 double StepCostTable::CatchUpSeconds(int64_t tokens) const {
   if (tokens <= 0 || catch_up_n_ <= 0) return 0.0;
   return std::max(DraftSeconds(1), catch_up_s_ / catch_up_n_ * static_cast<double>(tokens));

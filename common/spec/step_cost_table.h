@@ -86,6 +86,17 @@ class StepCostTable {
   int64_t TargetAge(int rows) const { return target_.Age(rows); }
   // Target forwards observed so far (the clock TargetAge counts in).
   int64_t TargetObservations() const { return target_.clock(); }
+  // The plain refresh (SpeculationPolicyOptions::plain_refresh_steps): whether the step of a
+  // batch of `batch` >= 2 sequences and `chunk_rows` prompt-chunk rows should decode plainly
+  // throughout, so that it measures what plain decoding costs: true when its plain forward
+  // (batch + chunk_rows rows) has gone unmeasured for more than `every` target forwards and no
+  // refresh was taken in the last `every` (one whose forward did not count is not retried at
+  // once). Speculating never measures the plain step, so without it a stale plain cost, say a
+  // start-up outlier, would hold a batch in speculation. false for one sequence (its plain
+  // steps are probes' business), for every <= 0 and before any target forward is known.
+  bool PlainRefreshDue(int batch, int chunk_rows, int64_t every) const;
+  // The caller takes the refresh: its step decodes plainly.
+  void MarkPlainRefresh() { refreshed_at_ = target_.clock(); }
 
   // Seconds as a decayed mean over a grid of sizes (see the header comment).
   class Curve {
@@ -112,6 +123,7 @@ class StepCostTable {
   double slope_ = 0;
   double catch_up_s_ = 0, catch_up_n_ = 0;  // decayed sums of seconds, of tokens
   int plain_run_ = kColdPlainForwards;  // target forwards since the last draft forward
+  int64_t refreshed_at_ = -1;           // TargetObservations() at the last plain refresh
 };
 
 }  // namespace specloop

@@ -43,15 +43,18 @@ StepCostTable Calibrated(const std::function<double(int)>& cost, double outlier)
   return t;
 }
 
-// Runs `steps` decoding steps of `batch` sequences sharing one policy (each sequence chooses
-// its k, the step's forward covers every row), observing `cost`; returns each step's rows.
+// Runs `steps` decoding steps of `batch` sequences sharing one policy as DecodeStep does (a
+// step the table says is due for a plain refresh decodes plainly; else each sequence chooses
+// its k; the step's forward covers every row), observing `cost`; returns each step's rows.
 std::vector<int> Simulate(SpeculationPolicy* p, StepCostTable* t,
                           const std::function<double(int)>& cost, int batch, int steps) {
   std::vector<int> rows_of;
   for (int s = 0; s < steps; ++s) {
+    const bool refresh = t->PlainRefreshDue(batch, 0, p->options().plain_refresh_steps);
+    if (refresh) t->MarkPlainRefresh();
     int rows = 0, longest = 0;
     for (int i = 0; i < batch; ++i) {
-      const int k = p->ChooseK(*t, batch);
+      const int k = refresh ? 0 : p->ChooseK(*t, batch);
       rows += k + 1;
       longest = std::max(longest, k);
     }
@@ -119,6 +122,30 @@ TEST(PlainRefresh, TargetAgeCountsForwardsSinceASizesLastObservation) {
   EXPECT_EQ(t.TargetAge(100), 3);  // never observed: as old as every observation
   t.ObserveTarget(1, 0, 0.01, false);  // a cold one-row forward: not recorded, not counted
   EXPECT_EQ(t.TargetObservations(), 3);
+}
+
+TEST(PlainRefresh, DueOnceAnIntervalEvenWhereTheRefreshDidNotMeasureIt) {
+  StepCostTable t;
+  EXPECT_FALSE(t.PlainRefreshDue(16, 0, 4));  // nothing known yet
+  t.ObserveTarget(16, 0, 0.02, true);
+  for (int i = 0; i < 4; ++i) t.ObserveTarget(32, 0, 0.04, true);
+  EXPECT_FALSE(t.PlainRefreshDue(16, 0, 4));  // 4 forwards old: not more than 4
+  t.ObserveTarget(32, 0, 0.04, true);
+  EXPECT_TRUE(t.PlainRefreshDue(16, 0, 4));
+  EXPECT_FALSE(t.PlainRefreshDue(16, 0, 0));  // off
+  EXPECT_FALSE(t.PlainRefreshDue(1, 15, 4));  // one sequence (and its chunk): never
+  EXPECT_TRUE(t.PlainRefreshDue(10, 6, 4));   // 10 sequences and a 6-row chunk: 16 rows
+  t.MarkPlainRefresh();
+  // The refresh step's forward came out at another size (say a chunk was cut): not due again
+  // until an interval has passed, then due while the size stays unmeasured.
+  for (int i = 0; i < 4; ++i) {
+    t.ObserveTarget(32, 0, 0.04, true);
+    EXPECT_FALSE(t.PlainRefreshDue(16, 0, 4)) << i;
+  }
+  t.ObserveTarget(32, 0, 0.04, true);
+  EXPECT_TRUE(t.PlainRefreshDue(16, 0, 4));
+  t.ObserveTarget(16, 0, 0.02, true);  // measured: no longer due
+  EXPECT_FALSE(t.PlainRefreshDue(16, 0, 4));
 }
 
 }  // namespace
