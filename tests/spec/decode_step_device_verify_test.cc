@@ -29,6 +29,8 @@
 #include "common/engine/feature_draft_proposer.h"
 #include "common/engine/speculative_decoder.h"
 #include "common/model/eagle3_head.h"
+#include "common/spec/acceptance.h"
+#include "common/spec/chain_verify.h"
 #include "common/spec/prompt_lookup_proposer.h"
 #include "common/spec/tensor_verify.h"
 #include "common/tokenizer/tokenizer.h"
@@ -303,6 +305,68 @@ TEST(DecodeStepDeviceVerify, InvalidRowsFailOnlyTheirSequence) {
     }
     EXPECT_EQ(clean.errors[2], "");
   }
+}
+
+// VerifyChainsOnDevice alone: a malformed chain fails by itself; the others get the host
+// verifier's outcome with the same stream (and alpha*: sum min(p, q) over tested positions).
+TEST(DeviceChainVerify, MalformedChainsFailAlone) {
+  c10::InferenceMode guard;
+  const int V = 7;
+  at::manual_seed(3);
+  const at::Tensor logits = at::randn({12, V}) * 2;  // rows 0-1, 2-3, ... per chain
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  DraftBlock good, short_probs, tree, greedy_block;
+  good.tokens = {3};
+  good.probs.assign(V, 1.0f / V);
+  short_probs.tokens = {3};
+  short_probs.probs.assign(V - 1, 1.0f / V);
+  tree.tokens = {1, 2};
+  tree.parents = {-1, -1};
+  tree.probs.assign(3 * V, 1.0f / V);
+  greedy_block.tokens = {2, 4};
+  std::vector<DeviceChain> chains = {
+      {0, &good, sampled, Rng(11)},         // fine
+      {2, &short_probs, sampled, Rng(12)},  // q not [k, V]
+      {4, &tree, sampled, Rng(13)},         // a tree
+      {11, &good, sampled, Rng(14)},        // rows 11-12 of 12
+      {6, &greedy_block, Greedy(), Rng(15)},  // fine (greedy)
+      {9, &good, sampled, Rng(16)},         // fine
+  };
+  std::vector<DeviceChainResult> results;
+  ASSERT_TRUE(VerifyChainsOnDevice(logits, chains, &results).ok());
+  ASSERT_EQ(results.size(), chains.size());
+  for (int i : {1, 2, 3}) EXPECT_TRUE(results[i].status.IsInvalidArgument()) << i;
+  for (int i : {0, 4, 5}) {
+    ASSERT_TRUE(results[i].status.ok()) << i << " " << results[i].status.ToString();
+    const DeviceChain& c = chains[i];
+    const int k = c.draft->tokens.size();
+    const at::Tensor rows = logits.narrow(0, c.first_row, k + 1).contiguous();
+    std::vector<float> p((k + 1) * V), row;
+    for (int r = 0; r <= k; ++r) {
+      ProcessedDistribution(rows.data_ptr<float>() + r * V, V, c.sampling, &row);
+      std::copy(row.begin(), row.end(), p.begin() + r * V);
+    }
+    spec::ChainOutcome host;
+    Rng rng = c.rng;
+    const Status s =
+        c.sampling.greedy()
+            ? spec::VerifyChainGreedy(k, V, c.draft->tokens.data(), rows.data_ptr<float>(), &host)
+            : spec::VerifyChain(k, V, c.draft->tokens.data(), c.draft->probs.data(), p.data(),
+                                &rng, &host);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(results[i].outcome.num_accepted, host.num_accepted) << i;
+    EXPECT_EQ(results[i].outcome.tokens, host.tokens) << i;
+    const int tested = host.num_accepted + (host.num_accepted < k ? 1 : 0);
+    double optimal = 0;
+    for (int r = 0; r < tested; ++r) {
+      optimal += c.sampling.greedy() ? (r < host.num_accepted ? 1.0 : 0.0)
+                                     : spec::AcceptanceRate(p.data() + r * V,
+                                                            c.draft->probs.data() + r * V, V);
+    }
+    EXPECT_NEAR(results[i].optimal, optimal, 1e-6) << i;
+  }
+  EXPECT_TRUE(VerifyChainsOnDevice(at::zeros({3}), chains, &results).IsInvalidArgument());
 }
 
 // On the CPU the default (kAuto) keeps the host path: a broken device verifier changes nothing.
