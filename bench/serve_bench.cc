@@ -9,16 +9,18 @@
 // against auto_nolog) also holds any change in auto's choice of k. Each run starts a fresh
 // stack and first sends untimed warm-up requests (a serving process is long-lived: its
 // adaptive policy has learnt alpha and costs long before any given minute), then times the
-// measured requests. The modes are interleaved within each repetition, so a change in machine
-// load hits them alike; ratios (auto/off, logging overheads) are computed per repetition and
-// their median reported, beside the median throughput and p50/p99 latency of each mode.
+// measured requests (`--requests` per client, default max(8, 64 / concurrency)). Every request
+// of a stack has its own prompt (the warm-up's follow the measured ones'): at temperature 0 a
+// recurring prompt's answer would be drafted from its earlier one by the suffix proposer. The
+// modes are interleaved within each repetition, so a change in machine load hits them alike;
+// ratios (auto/off, logging overheads) are computed per repetition and their median reported,
+// beside the median throughput and p50/p99 latency of each mode.
 // First, the logger's per-row work alone: FillTopK against the direct way (an exp in double per
 // entry, a partial_sort over all ids) on the same rows ("logger_fill_topk",
 // "logger_fill_topk_vs_direct").
 // JSON lines {"name", "params", "value", "unit"}.
 // Also the mean speculation length of the timed part (the draft model's tokens per step,
-// "serve_k_mean"; the suffix proposer's, "serve_suffix_k_mean": the sampled prompts recur, so at
-// temperature 0 a recurring prompt's answer is drafted from its earlier one), the machine's read
+// "serve_k_mean"; the suffix proposer's, "serve_suffix_k_mean"), the machine's read
 // bandwidth, and plain decoding's throughput at each concurrency over one client
 // ("serve_off_scaling": one batched forward streams the weights once for every sequence).
 // `--dtype` and `--temperature` take comma-separated lists: every combination runs in each
@@ -75,8 +77,12 @@ using bench::Percentile;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-// --prefix-caching 0 serves without the prefix cache (the sampled prompts recur, so with it
-// their prefill is mostly skipped): for comparisons with schedulers that had none.
+// Prompts read per domain (the first of each file, cut to 200 characters), interleaved across
+// domains: enough that at the default requests no prompt recurs in a stack.
+constexpr int kPromptsPerDomain = 48;
+
+// --prefix-caching 0 serves without the prefix cache: for comparisons with schedulers that
+// had none.
 bool prefix_caching = true;
 
 struct Mode {
@@ -203,14 +209,14 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
   // Closed-loop clients sending `n` requests each; returns per-client latencies and tokens.
   std::vector<std::vector<double>> latencies(concurrency);
   std::vector<int64_t> generated(concurrency, 0);
-  auto drive = [&](int n, int seed_base) {
+  auto drive = [&](int n, int seed_base, size_t first) {
     std::vector<std::thread> clients;
     for (int c = 0; c < concurrency; ++c) {
       clients.emplace_back([&, c] {
         httplib::Client cli("127.0.0.1", port);
         cli.set_read_timeout(300, 0);
         for (int r = 0; r < n; ++r) {
-          const auto& [domain, prompt] = prompts[(c * n + r) % prompts.size()];
+          const auto& [domain, prompt] = prompts[(first + c * n + r) % prompts.size()];
           json req = {{"prompt", prompt},  {"max_tokens", tokens},
                       {"temperature", temperature}, {"seed", seed_base + c * 1000 + r},
                       {"domain", domain},   {"ignore_eos", true}};
@@ -225,14 +231,17 @@ RunResult RunOnce(const std::string& shared, const std::string& target_name,
     }
     for (auto& t : clients) t.join();
   };
-  drive(warmup, 1000000);
+  // The measured requests take prompts [0, concurrency * requests), the warm-up ones those after
+  // them: no measured prompt was seen by this stack before, and none recurs while the list
+  // lasts (at T 0 a recurring prompt's answer would be drafted from its earlier one).
+  drive(warmup, 1000000, static_cast<size_t>(concurrency) * requests);
   for (int c = 0; c < concurrency; ++c) {
     latencies[c].clear();
     generated[c] = 0;
   }
   std::string before = metrics->Render(nullptr, nullptr);
   const auto t0 = Clock::now();
-  drive(requests, 0);
+  drive(requests, 0, 0);
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   server.Stop();
   server_thread.join();
@@ -375,15 +384,20 @@ int main(int argc, char** argv) {
   for (const std::string domain : {"prose", "python", "c", "legal", "docs"}) {
     std::ifstream in(shared + "/prompts/" + domain + ".jsonl");
     std::string line;
-    for (int n = 0; n < 8 && std::getline(in, line); ++n) {
+    for (int n = 0; n < kPromptsPerDomain && std::getline(in, line); ++n) {
       prompts.push_back({domain, json::parse(line)["prompt"].get<std::string>().substr(0, 200)});
     }
   }
   // Interleave domains.
   std::vector<std::pair<std::string, std::string>> mixed;
-  for (size_t i = 0; i < 8; ++i) {
-    for (size_t d = 0; d < 5; ++d) {
-      if (d * 8 + i < prompts.size()) mixed.push_back(prompts[d * 8 + i]);
+  std::vector<size_t> begin = {0};  // each domain's first prompt in `prompts`
+  for (size_t i = 1; i < prompts.size(); ++i) {
+    if (prompts[i].first != prompts[i - 1].first) begin.push_back(i);
+  }
+  begin.push_back(prompts.size());
+  for (size_t i = 0; mixed.size() < prompts.size(); ++i) {
+    for (size_t d = 0; d + 1 < begin.size(); ++d) {
+      if (begin[d] + i < begin[d + 1]) mixed.push_back(prompts[begin[d] + i]);
     }
   }
   std::vector<Mode> modes = {{"auto", -1, true},
@@ -421,7 +435,11 @@ int main(int argc, char** argv) {
   // Plain decoding's throughput at one client per dtype and temperature, when measured.
   std::map<std::pair<std::string, double>, double> off_at_one;
   for (int conc : concurrencies) {
-    const int per_client = requests > 0 ? requests : std::max(4, 64 / conc);
+    const int per_client = requests > 0 ? requests : std::max(8, 64 / conc);
+    if (static_cast<size_t>(conc) * (per_client + warmup) > mixed.size()) {
+      std::cerr << "serve_bench: " << conc * (per_client + warmup) << " requests at concurrency "
+                << conc << " but " << mixed.size() << " prompts: some recur\n";
+    }
     // (dtype, temperature) -> mode -> one result per repetition
     std::map<std::pair<std::string, double>, std::map<std::string, std::vector<RunResult>>> runs;
     for (int r = 0; r < reps; ++r) {
