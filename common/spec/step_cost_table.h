@@ -92,8 +92,9 @@ class StepCostTable {
   // (batch + chunk_rows rows) has gone unmeasured for more than `every` target forwards and no
   // refresh was taken in the last `every` (one whose forward did not count is not retried at
   // once). Speculating never measures the plain step, so without it a stale plain cost, say a
-  // start-up outlier, would hold a batch in speculation. false for one sequence (its plain
-  // steps are probes' business), for every <= 0 and before any target forward is known.
+  // start-up outlier, would hold a batch in speculation. false for one sequence (its one-row
+  // plain step amid speculation runs cold and is not recorded: kColdPlainForwards), for
+  // every <= 0 and before any target forward is known.
   bool PlainRefreshDue(int batch, int chunk_rows, int64_t every) const;
   // The caller takes the refresh: its step decodes plainly.
   void MarkPlainRefresh() { refreshed_at_ = target_.clock(); }
