@@ -39,7 +39,6 @@
 //                    RecordShipper thread tails the buffer into a redis-server on loopback,
 //                    as `specloop buffer ship` beside a worker would; also prints the CPU the
 //                    shipper and redis-server used, in cores)]
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -380,24 +379,21 @@ int main(int argc, char** argv) {
   }
   SetComputeThreads(threads);
   BenchFillTopK();
-  std::vector<std::pair<std::string, std::string>> prompts;
+  std::vector<std::vector<std::pair<std::string, std::string>>> by_domain;
   for (const std::string domain : {"prose", "python", "c", "legal", "docs"}) {
     std::ifstream in(shared + "/prompts/" + domain + ".jsonl");
+    by_domain.emplace_back();
     std::string line;
     for (int n = 0; n < kPromptsPerDomain && std::getline(in, line); ++n) {
-      prompts.push_back({domain, json::parse(line)["prompt"].get<std::string>().substr(0, 200)});
+      by_domain.back().push_back(
+          {domain, json::parse(line)["prompt"].get<std::string>().substr(0, 200)});
     }
   }
-  // Interleave domains.
+  // Interleaved: every domain's first prompt, then every domain's second, ...
   std::vector<std::pair<std::string, std::string>> mixed;
-  std::vector<size_t> begin = {0};  // each domain's first prompt in `prompts`
-  for (size_t i = 1; i < prompts.size(); ++i) {
-    if (prompts[i].first != prompts[i - 1].first) begin.push_back(i);
-  }
-  begin.push_back(prompts.size());
-  for (size_t i = 0; mixed.size() < prompts.size(); ++i) {
-    for (size_t d = 0; d + 1 < begin.size(); ++d) {
-      if (begin[d] + i < begin[d + 1]) mixed.push_back(prompts[begin[d] + i]);
+  for (size_t i = 0; i < static_cast<size_t>(kPromptsPerDomain); ++i) {
+    for (const auto& prompts : by_domain) {
+      if (i < prompts.size()) mixed.push_back(prompts[i]);
     }
   }
   std::vector<Mode> modes = {{"auto", -1, true},

@@ -12,20 +12,19 @@
 namespace specloop {
 namespace {
 
-// A group of chains verified by one call (the greedy ones, or the sampled ones).
-struct Group {
-  std::vector<size_t> members;  // indices into the chains
-};
+// A group of chains verified by one call (the greedy ones, or the sampled ones): indices into
+// the chains.
+using Group = std::vector<size_t>;
 
 // The group's one int64 upload, [B, 1 + (K + 1) + K]: k_b, then the logits rows its K + 1
 // padded positions read (position i > k_b repeats row k_b), then its draft tokens (0-padded).
 at::Tensor UploadIndex(const std::vector<DeviceChain>& chains, const Group& g, int64_t K,
                        const at::Device& device) {
-  const int64_t B = g.members.size(), cols = 1 + (K + 1) + K;
+  const int64_t B = g.size(), cols = 1 + (K + 1) + K;
   at::Tensor host = at::zeros({B, cols}, at::kLong);
   int64_t* h = host.data_ptr<int64_t>();
   for (int64_t b = 0; b < B; ++b) {
-    const DeviceChain& c = chains[g.members[b]];
+    const DeviceChain& c = chains[g[b]];
     const int64_t k = c.draft->tokens.size();
     int64_t* row = h + b * cols;
     row[0] = k;
@@ -43,7 +42,7 @@ at::Tensor Rows(const at::Tensor& logits, const at::Tensor& index, int64_t K) {
 
 std::vector<int> Counts(const std::vector<DeviceChain>& chains, const Group& g) {
   std::vector<int> k;
-  for (size_t i : g.members) k.push_back(static_cast<int>(chains[i].draft->tokens.size()));
+  for (size_t i : g) k.push_back(static_cast<int>(chains[i].draft->tokens.size()));
   return k;
 }
 
@@ -70,11 +69,11 @@ Status VerifyGreedy(const at::Tensor& logits, const std::vector<DeviceChain>& ch
 Status VerifySampled(const at::Tensor& logits, const std::vector<DeviceChain>& chains,
                      const Group& g, int64_t K, ChainTensorVerifier verifier,
                      at::Tensor* packed) {
-  const int64_t B = g.members.size(), V = logits.size(1);
+  const int64_t B = g.size(), V = logits.size(1);
   const at::Tensor index = UploadIndex(chains, g, K, logits.device());
   std::vector<SamplingParams> params;
   std::vector<Rng> streams;
-  for (size_t i : g.members) {
+  for (size_t i : g) {
     params.push_back(chains[i].sampling);
     streams.push_back(chains[i].rng);
   }
@@ -85,7 +84,7 @@ Status VerifySampled(const at::Tensor& logits, const std::vector<DeviceChain>& c
   at::Tensor q_host = at::zeros({B, K, V}, at::kFloat);
   float* q = q_host.data_ptr<float>();
   for (int64_t b = 0; b < B; ++b) {
-    const std::vector<float>& probs = chains[g.members[b]].draft->probs;
+    const std::vector<float>& probs = chains[g[b]].draft->probs;
     std::memcpy(q + b * K * V, probs.data(), probs.size() * sizeof(float));
   }
   const at::Tensor q_dev = q_host.to(logits.device());
@@ -144,21 +143,21 @@ Status VerifyChainsOnDevice(const at::Tensor& logits, const std::vector<DeviceCh
       continue;
     }
     K = std::max<int64_t>(K, c.draft->tokens.size());
-    (c.sampling.greedy() ? greedy : sampled).members.push_back(i);
+    (c.sampling.greedy() ? greedy : sampled).push_back(i);
   }
   std::vector<at::Tensor> parts;
   std::vector<size_t> order;  // the packed rows' chains
   for (Group* g : {&greedy, &sampled}) {
-    if (g->members.empty()) continue;
+    if (g->empty()) continue;
     at::Tensor packed;
     const Status s = g == &greedy ? VerifyGreedy(logits, chains, *g, K, &packed)
                                   : VerifySampled(logits, chains, *g, K, verifier, &packed);
     if (!s.ok()) {  // the call refused the group's shapes: its chains fail
-      for (size_t i : g->members) (*results)[i].status = s;
+      for (size_t i : *g) (*results)[i].status = s;
       continue;
     }
     parts.push_back(packed);
-    order.insert(order.end(), g->members.begin(), g->members.end());
+    order.insert(order.end(), g->begin(), g->end());
   }
   if (parts.empty()) return Status::OK();
   const at::Tensor host = at::cat(parts, 0).to(at::kCPU).contiguous();  // the one copy back
