@@ -11,7 +11,6 @@ struct V {
   typedef __m256 vec;
   static constexpr int kLanes = 8, kMaxRows = 4, kCols = 2;
   static constexpr bool kFewRowsAskNext = false;  // see PackedTile
-  static constexpr int kTallRows = 12;
   static constexpr int kPackedRows = 6, kPackedVectors = 2;  // 12 accumulators
   static vec Broadcast(const float* p) { return _mm256_broadcast_ss(p); }
   static void Store(float* p, vec v) { _mm256_storeu_ps(p, v); }

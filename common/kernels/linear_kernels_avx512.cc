@@ -11,7 +11,6 @@ struct V {
   typedef __m512 vec;
   static constexpr int kLanes = 16, kMaxRows = 6, kCols = 4;
   static constexpr bool kFewRowsAskNext = true;  // see PackedTile
-  static constexpr int kTallRows = 16;
   static constexpr int kPackedRows = 12, kPackedVectors = 2;  // 24 accumulators
   static vec Broadcast(const float* p) { return _mm512_set1_ps(*p); }
   static void Store(float* p, vec v) { _mm512_storeu_ps(p, v); }

@@ -7,7 +7,7 @@
 //
 // V provides: vec, kLanes, kMaxRows, kCols, Zero(), Fma(a, b, c) = a * b + c, Sum(v),
 // LoadF32/LoadF16/LoadBF16(p) (kLanes weights as floats),
-// Broadcast(p), Store(p, v), Add(a, b), kPackedRows, kPackedVectors, kTallRows,
+// Broadcast(p), Store(p, v), Add(a, b), kPackedRows, kPackedVectors,
 // kFewRowsAskNext; the includer defines SPECLOOP_MAX_ROWS = V::kMaxRows for LinearRows' tile
 // switch.
 //
@@ -213,10 +213,6 @@ inline void PackedColumns(const float* x, long M, long K, const typename W::T* p
       SPECLOOP_TILE_CASE(10)
       SPECLOOP_TILE_CASE(11)
       SPECLOOP_TILE_CASE(12)
-      SPECLOOP_TILE_CASE(13)
-      SPECLOOP_TILE_CASE(14)
-      SPECLOOP_TILE_CASE(15)
-      SPECLOOP_TILE_CASE(16)
 #undef SPECLOOP_TILE_CASE
     }
     m += rows;
@@ -224,28 +220,19 @@ inline void PackedColumns(const float* x, long M, long K, const typename W::T* p
 }
 
 // Up to kPackedRows rows: tiles of kPackedVectors vectors of outputs, each weight vector loaded
-// (and converted, for 16-bit weights) once and used for every row. 16-bit weights and more rows,
-// up to kTallRows (a verification of up to 16 positions on AVX-512, 12 on AVX2): tiles of one
-// vector of outputs and every row at once, so each weight is still converted once per call,
-// where chunks of kPackedRows rows would convert it once per chunk (float32 keeps the chunks:
-// reading its weights again from L2 costs less than the tall tile's extra broadcasts). More rows
-// (a prompt): chunks of at most kPackedRows rows. The tile shape changes how many rows share a
-// loaded weight, never an output's multiply-add chain.
+// (and converted, for 16-bit weights) once and used for every row. More rows (a verification of
+// 13-16 positions on AVX-512, a batch of 16 sequences, a prompt): chunks of at most kPackedRows
+// rows of near-equal size, the later chunks reading the tile's weights again from cache. A tile
+// of one vector and every row at once (each 16-bit weight converted once per call) ran 0.78-0.92x
+// slower at 13-16 rows on a core with two 512-bit FMA pipes (Zen 5): its one broadcast load per
+// multiply-add bounds it by the loads (bench/RESULTS.md, engine_bench). The tile shape changes
+// how many rows share a loaded weight, never an output's multiply-add chain.
 template <class W>
 void Packed(const float* x, long M, long K, long O, const void* weights, float* out, long ldo,
             long panel_begin, long panel_end, bool add) {
   const typename W::T* w = static_cast<const typename W::T*>(weights);
   long o = panel_begin * 16;
   const long end = panel_end * 16;
-  if (sizeof(typename W::T) == 2 && M > V::kPackedRows && M <= V::kTallRows) {
-    for (; o < end; o += V::kLanes) {
-      const typename W::T* tile = w + o / 16 * 16 * K + o % 16;
-      const typename W::T* following = w + (o + V::kLanes) / 16 * 16 * K + (o + V::kLanes) % 16;
-      const long next = o + V::kLanes < end ? following - tile : 0;
-      PackedColumns<W, 1, V::kTallRows>(x, M, K, tile, out + o, ldo, O - o, add, next);
-    }
-    return;
-  }
   constexpr long kTile = V::kPackedVectors * V::kLanes;  // outputs per tile: 16 or 32
   for (; o + kTile <= end; o += kTile) {
     const long next = o + kTile < end ? kTile * K : 0;  // the next tile, elements ahead

@@ -208,10 +208,9 @@ TEST(LinearPacked, SameBitsWhateverTheBlockAndTheInstructionSet) {
 }
 
 // Issue 48: every vector variant this CPU runs gives the portable variant's bits (one fused
-// multiply-add chain per output, k in order: the float16 mode's arithmetic before the tall
-// tiles) for every block of 1..16 rows, whichever tile shape serves it (one chunk of
-// kPackedRows, several, or one tall tile that converts each 16-bit weight once for all the
-// rows), with a partial last panel, K not a multiple of any vector width, and accumulation.
+// multiply-add chain per output, k in order) for every block of 1..16 rows, whichever tile
+// shape serves it (one chunk of kPackedRows rows or several), with a partial last panel, K not
+// a multiple of any vector width, and accumulation.
 TEST(LinearPacked, EveryVariantGivesThePortableBitsForOneToSixteenRows) {
   const int64_t O = 50;  // 3 full panels and a partial one: a two-panel tile and a lone panel
   for (WeightType t : {WeightType::kFloat32, WeightType::kFloat16, WeightType::kBFloat16}) {
