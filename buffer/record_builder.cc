@@ -79,11 +79,7 @@ Status RecordBuilder::CheckRows(int vocab) const {
   return Status::OK();
 }
 
-Status RecordBuilder::AddStep(uint32_t start_pos, std::vector<int32_t> draft_tokens,
-                              uint32_t num_accepted, const float* rows, int num_rows,
-                              int vocab) {
-  SPECLOOP_RETURN_IF_ERROR(CheckRows(vocab));
-  const size_t k = draft_tokens.size();
+Status RecordBuilder::CheckStep(size_t k, uint32_t num_accepted, int num_rows) const {
   if (num_accepted > k) {
     return Status::InvalidArgument("num_accepted " + std::to_string(num_accepted) +
                                    " exceeds k = " + std::to_string(k));
@@ -92,11 +88,45 @@ Status RecordBuilder::AddStep(uint32_t start_pos, std::vector<int32_t> draft_tok
     return Status::InvalidArgument("a step of k = " + std::to_string(k) + " needs k + 1 rows, got " +
                                    std::to_string(num_rows));
   }
+  return Status::OK();
+}
+
+Status RecordBuilder::AddStep(uint32_t start_pos, std::vector<int32_t> draft_tokens,
+                              uint32_t num_accepted, const float* rows, int num_rows,
+                              int vocab) {
+  SPECLOOP_RETURN_IF_ERROR(CheckRows(vocab));
+  SPECLOOP_RETURN_IF_ERROR(CheckStep(draft_tokens.size(), num_accepted, num_rows));
   SpecStep step;
   step.start_pos = start_pos;
   step.draft_tokens = std::move(draft_tokens);
   step.num_accepted = num_accepted;
   FillTopK(rows, num_rows, vocab, static_cast<int>(record_.top_k), &step);
+  record_.steps.push_back(std::move(step));
+  return Status::OK();
+}
+
+Status RecordBuilder::AddStepTopK(uint32_t start_pos, std::vector<int32_t> draft_tokens,
+                                  uint32_t num_accepted, const int64_t* ids,
+                                  const float* logprobs, const float* tail_mass, int num_rows,
+                                  int top_k) {
+  if (top_k <= 0 || static_cast<uint32_t>(top_k) != record_.top_k) {
+    return Status::InvalidArgument("a top-" + std::to_string(top_k) + " step in a record of K = " +
+                                   std::to_string(record_.top_k));
+  }
+  SPECLOOP_RETURN_IF_ERROR(CheckStep(draft_tokens.size(), num_accepted, num_rows));
+  SpecStep step;
+  step.start_pos = start_pos;
+  step.draft_tokens = std::move(draft_tokens);
+  step.num_accepted = num_accepted;
+  const size_t n = static_cast<size_t>(num_rows) * top_k;
+  step.topk_ids.resize(n);
+  step.topk_logprobs.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    step.topk_ids[i] = static_cast<int32_t>(ids[i]);
+    step.topk_logprobs[i] = FloatToHalf(logprobs[i]);
+  }
+  step.tail_mass.resize(num_rows);
+  for (int j = 0; j < num_rows; ++j) step.tail_mass[j] = std::clamp(tail_mass[j], 0.0f, 1.0f);
   record_.steps.push_back(std::move(step));
   return Status::OK();
 }

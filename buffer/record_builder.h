@@ -53,6 +53,15 @@ class RecordBuilder {
   Status AddStep(uint32_t start_pos, std::vector<int32_t> draft_tokens, uint32_t num_accepted,
                  const float* rows, int num_rows, int vocab);
 
+  // The same step from a top-K already taken (FillTopK's selection, made on the model's
+  // device: common/spec/tensor_topk.h): for each of the num_rows = k + 1 positions, `top_k`
+  // ids and float log-probs in decreasing order (row-major) and the tail mass. The log-probs
+  // are rounded to fp16 here, as FillTopK rounds its own, and the tail mass clamped to [0, 1].
+  // InvalidArgument, nothing added, as AddStep, or when top_k is not the record's K.
+  Status AddStepTopK(uint32_t start_pos, std::vector<int32_t> draft_tokens,
+                     uint32_t num_accepted, const int64_t* ids, const float* logprobs,
+                     const float* tail_mass, int num_rows, int top_k);
+
   // Prompt rows: row i ([num_rows, vocab]) is the target's distribution of prompt token
   // `first + i` given the tokens before it; each becomes a step with no draft tokens (k = 0)
   // at that position. Serving logs positions 1 .. prompt_len - 1 (the last one's row is the
@@ -69,6 +78,7 @@ class RecordBuilder {
 
  private:
   Status CheckRows(int vocab) const;
+  Status CheckStep(size_t k, uint32_t num_accepted, int num_rows) const;
 
   Record record_;
 };

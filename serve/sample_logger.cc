@@ -56,11 +56,17 @@ std::shared_ptr<SampleLogger::Trace> SampleLogger::Begin(const std::string& doma
 
 void SampleLogger::Push(Job job) {
   if (!job.finish) {
-    if (!job.rows.defined()) {
+    const bool top_k = job.top_k.ids.defined();
+    if (top_k ? !job.top_k.logprobs.defined() || !job.top_k.tail_mass.defined()
+              : !job.rows.defined()) {
       steps_dropped_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    job.bytes = static_cast<size_t>(job.rows.numel()) * sizeof(float);
+    job.bytes = top_k ? static_cast<size_t>(job.top_k.ids.numel()) * sizeof(int64_t) +
+                            static_cast<size_t>(job.top_k.logprobs.numel() +
+                                                job.top_k.tail_mass.numel()) *
+                                sizeof(float)
+                      : static_cast<size_t>(job.rows.numel()) * sizeof(float);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (pending_steps_ + job.steps() > options_.max_pending_steps ||
@@ -73,8 +79,16 @@ void SampleLogger::Push(Job job) {
       peak_pending_bytes_ = std::max(peak_pending_bytes_, pending_bytes_);
     }
     // Outside the lock (one producer: nothing is pushed between the reservation and here).
-    job.rows = job.rows.to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true,
-                           at::MemoryFormat::Contiguous);
+    const auto own = [](const at::Tensor& t, at::ScalarType type) {
+      return t.to(at::kCPU, type, /*non_blocking=*/false, /*copy=*/true,
+                  at::MemoryFormat::Contiguous);
+    };
+    if (top_k) {
+      job.top_k = {own(job.top_k.ids, at::kLong), own(job.top_k.logprobs, at::kFloat),
+                   own(job.top_k.tail_mass, at::kFloat)};
+    } else {
+      job.rows = own(job.rows, at::kFloat);
+    }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -92,6 +106,18 @@ void SampleLogger::AddStep(const std::shared_ptr<Trace>& trace, uint32_t start_p
   job.step.draft_tokens.assign(draft_tokens.begin(), draft_tokens.end());
   job.step.num_accepted = static_cast<uint32_t>(num_accepted);
   job.rows = std::move(rows);
+  Push(std::move(job));
+}
+
+void SampleLogger::AddStepTopK(const std::shared_ptr<Trace>& trace, uint32_t start_pos,
+                               const std::vector<int>& draft_tokens, int num_accepted,
+                               const spec::TopKTensors& top_k) {
+  Job job;
+  job.trace = trace;
+  job.step.start_pos = start_pos;
+  job.step.draft_tokens.assign(draft_tokens.begin(), draft_tokens.end());
+  job.step.num_accepted = static_cast<uint32_t>(num_accepted);
+  job.top_k = top_k;
   Push(std::move(job));
 }
 
@@ -128,17 +154,31 @@ void SampleLogger::WorkerLoop() {
     }
     RecordBuilder& builder = job.trace->builder;
     if (!job.finish) {
-      const at::Tensor& rows = job.rows;  // Push's contiguous float32 CPU copy
-      const int num_rows = rows.dim() == 2 ? static_cast<int>(rows.size(0)) : -1;
-      const int vocab = rows.dim() == 2 ? static_cast<int>(rows.size(1)) : 0;
-      const Status s =
-          job.prompt ? builder.AddPromptRows(job.step.start_pos, rows.data_ptr<float>(), num_rows,
-                                             vocab)
-                     : builder.AddStep(job.step.start_pos, std::move(job.step.draft_tokens),
-                                       job.step.num_accepted, rows.data_ptr<float>(), num_rows,
-                                       vocab);
+      Status s;
+      if (job.top_k.ids.defined()) {  // Push's contiguous CPU copies
+        const spec::TopKTensors& t = job.top_k;
+        const bool shaped = t.ids.dim() == 2 && t.logprobs.sizes() == t.ids.sizes() &&
+                            t.tail_mass.dim() == 1 && t.tail_mass.size(0) == t.ids.size(0);
+        s = !shaped ? Status::InvalidArgument("top-K tensors of mismatched shapes")
+                    : builder.AddStepTopK(job.step.start_pos, std::move(job.step.draft_tokens),
+                                          job.step.num_accepted, t.ids.data_ptr<int64_t>(),
+                                          t.logprobs.data_ptr<float>(),
+                                          t.tail_mass.data_ptr<float>(),
+                                          static_cast<int>(t.ids.size(0)),
+                                          static_cast<int>(t.ids.size(1)));
+      } else {
+        const at::Tensor& rows = job.rows;  // Push's contiguous float32 CPU copy
+        const int num_rows = rows.dim() == 2 ? static_cast<int>(rows.size(0)) : -1;
+        const int vocab = rows.dim() == 2 ? static_cast<int>(rows.size(1)) : 0;
+        s = job.prompt ? builder.AddPromptRows(job.step.start_pos, rows.data_ptr<float>(),
+                                               num_rows, vocab)
+                       : builder.AddStep(job.step.start_pos, std::move(job.step.draft_tokens),
+                                         job.step.num_accepted, rows.data_ptr<float>(), num_rows,
+                                         vocab);
+      }
       if (!s.ok()) steps_dropped_.fetch_add(job.steps(), std::memory_order_relaxed);
       job.rows = at::Tensor();  // the rows are freed: they no longer count
+      job.top_k = spec::TopKTensors();
       std::lock_guard<std::mutex> lock(mu_);
       pending_bytes_ -= job.bytes;
     } else {

@@ -2,7 +2,8 @@
 // (buffer/record.h) written through the asynchronous ReplayLogger.
 //
 // The scheduler thread does the cheap part: per step it hands over the draft tokens, the
-// number accepted, the start position and the target's k + 1 logits rows, and at the end of
+// number accepted, the start position and the target's k + 1 logits rows (or, where the step
+// verified on the model's device, those rows' top-K taken there), and at the end of
 // the request the final tokens; per prompt chunk of the prefill, the rows of the prompt
 // positions it computed (AddPromptRows). A queued step holds a contiguous float32 CPU copy of
 // its own rows only (never a view that would keep a whole batch's logits alive), so what the
@@ -37,6 +38,7 @@
 #include "buffer/record.h"
 #include "buffer/record_builder.h"
 #include "buffer/replay_logger.h"
+#include "common/spec/tensor_topk.h"
 
 namespace specloop {
 
@@ -75,6 +77,13 @@ class SampleLogger {
   // ([k + 1, vocab] float32 on the CPU).
   void AddStep(const std::shared_ptr<Trace>& trace, uint32_t start_pos,
                const std::vector<int>& draft_tokens, int num_accepted, at::Tensor rows);
+  // The same step from its rows' top-K already taken on the model's device
+  // (spec::TopKLogProbsToHost; DecodeSlot::logged_top_k): ids [k + 1, K] int64, logprobs
+  // [k + 1, K] and tail_mass [k + 1] float32 on the CPU, K = options' top_k. A step whose
+  // tensors are undefined or of other shapes is dropped and counted, as a refused one.
+  void AddStepTopK(const std::shared_ptr<Trace>& trace, uint32_t start_pos,
+                   const std::vector<int>& draft_tokens, int num_accepted,
+                   const spec::TopKTensors& top_k);
   // The target's rows at prompt positions first, first + 1, ... (`rows`: [n, vocab] float32
   // on the CPU; row i is the distribution of tokens[first + i] given the tokens before it),
   // computed by the prefill: each is logged as a step with no draft tokens (k = 0) at its
@@ -84,6 +93,7 @@ class SampleLogger {
   // The request ended (any reason): `tokens` = prompt + every generated id. Queues the record.
   void Finish(const std::shared_ptr<Trace>& trace, const std::vector<int>& tokens);
 
+  int top_k() const { return options_.top_k; }
   uint64_t steps_dropped() const { return steps_dropped_.load(); }
   uint64_t records_submitted() const { return records_submitted_.load(); }
   // Finished records the builder refused (final tokens shorter than the prompt): not logged.
@@ -101,7 +111,8 @@ class SampleLogger {
     bool finish = false;
     SpecStep step;       // start_pos, draft tokens, num_accepted; RecordBuilder adds the rest
     at::Tensor rows;     // step rows: the caller's until queued, then this job's own copy
-    size_t bytes = 0;    // what the copy of `rows` holds (counted in pending_bytes_)
+    spec::TopKTensors top_k;  // or the rows' top-K (AddStepTopK), copied the same way
+    size_t bytes = 0;    // what the copy of `rows` or `top_k` holds (counted in pending_bytes_)
     bool prompt = false;  // rows are prompt positions from step.start_pos on, a step each
     // Steps it makes (what max_pending_steps counts): a prompt job's rows hold as much as
     // that many steps of one row.

@@ -380,10 +380,17 @@ void Scheduler::Admit() {
                                     static_cast<int>(path.size()), picked);
             return;
           }
+          if (done.logged_top_k.ids.defined()) {  // taken on the logits' device
+            sample_logger_->AddStepTopK(s->trace, done.start_pos, block.tokens,
+                                        done.decoder->last_accepted(), done.logged_top_k);
+            return;
+          }
           sample_logger_->AddStep(s->trace, done.start_pos, block.tokens,
                                   done.decoder->last_accepted(),
                                   rows.narrow(0, rows.size(0) - (drafted + 1), drafted + 1));
         };
+        slot.log_top_k = sample_logger_->top_k();
+        slot.commit_needs_rows = p.logprobs >= 0;  // StepLogprobs reads them
       }
       if (p.logprobs >= 0) {
         // The emitted tokens' log-probs, after the logger's part: their cost is the rows' too.

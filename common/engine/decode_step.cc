@@ -212,6 +212,7 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     slot->kind = BlockKind::kNone;
     slot->used_acceptance = nullptr;
     slot->emitted.clear();
+    slot->logged_top_k = spec::TopKTensors();
     slot->error.clear();
     slot->draft_seconds = 0;
     try {
@@ -402,6 +403,44 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       }
     }
     verify_s += SecondsSince(c0);
+    // Logging's top-K of the verified chains' rows, on the device; a failure here leaves
+    // logged_top_k empty and the rows go to on_commit as on the host path.
+    const auto t0 = Clock::now();
+    std::vector<size_t> logged;
+    std::vector<int64_t> rows_of;
+    int top_k = 0;
+    for (size_t i = 0; i < live.size(); ++i) {
+      DecodeSlot* slot = live[i];
+      if (device_index[i] < 0 || !slot->error.empty() || !slot->on_commit ||
+          slot->log_top_k <= 0 || (top_k != 0 && slot->log_top_k != top_k)) {
+        continue;
+      }
+      top_k = slot->log_top_k;
+      logged.push_back(i);
+      const int64_t k = slot->decoder->draft().tokens.size();
+      const int64_t first = chains[device_index[i]].first_row;
+      for (int64_t r = 0; r <= k; ++r) rows_of.push_back(first + r);
+    }
+    spec::TopKTensors all;
+    bool taken = false;
+    try {
+      taken = !logged.empty() &&
+              spec::TopKLogProbsToHost(logits.narrow(0, 0, static_cast<int64_t>(decode_rows)),
+                                       rows_of, top_k, &all)
+                  .ok();
+    } catch (const std::exception&) {
+      taken = false;  // the host path's rows instead
+    }
+    if (taken) {
+      int64_t at = 0;
+      for (const size_t i : logged) {
+        const int64_t n = live[i]->decoder->draft().tokens.size() + 1;
+        live[i]->logged_top_k = {all.ids.narrow(0, at, n), all.logprobs.narrow(0, at, n),
+                                 all.tail_mass.narrow(0, at, n)};
+        at += n;
+      }
+    }
+    verify_s += SecondsSince(t0);
   }
   for (size_t i = 0; i < live.size(); ++i) {
     DecodeSlot* slot = live[i];
@@ -425,7 +464,11 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
         slot->emitted = slot->decoder->Commit(mine, features);
       }
       if (slot->on_commit) {
-        if (on_device) mine = mine.to(at::kCPU, at::kFloat).contiguous();  // no-op when there
+        if (slot->logged_top_k.ids.defined() && !slot->commit_needs_rows) {
+          mine = at::Tensor();  // the step travels in logged_top_k alone
+        } else if (on_device) {
+          mine = mine.to(at::kCPU, at::kFloat).contiguous();  // no-op when there
+        }
         slot->on_commit(*slot, mine);
       }
       verify_s += SecondsSince(c0);

@@ -40,6 +40,7 @@
 #include "common/spec/speculation_policy.h"
 #include "common/spec/step_cost_table.h"
 #include "common/spec/suffix_proposer.h"
+#include "common/spec/tensor_topk.h"
 
 namespace specloop {
 
@@ -133,8 +134,15 @@ struct DecodeSlot {
   TreeAcceptance* tree = nullptr;
   // Called after verification with this step's target rows (float32, CPU; the last drafted + 1
   // are the verified ones; the block is decoder->draft()); its time counts as the rows' cost.
-  // May throw (the slot fails).
+  // May throw (the slot fails). The rows are undefined where logged_top_k holds the step and
+  // the slot does not ask for them (commit_needs_rows false).
   std::function<void(const DecodeSlot&, const at::Tensor& rows)> on_commit;
+  // Replay logging's K (0: none; needs on_commit). Where the step verifies this slot's chain
+  // on the logits' device, DecodeStep takes the top-K of its verified rows there
+  // (spec::TopKLogProbsToHost: every such slot's in one call, one copy to the host) into
+  // logged_top_k before on_commit, so that only [k + 1, K] values travel instead of the rows.
+  int log_top_k = 0;
+  bool commit_needs_rows = true;  // false: on_commit reads logged_top_k alone where it is set
   // Tests only (null in serving, `generate` and the benches): called once this step's block is
   // drafted (decoder->draft(), non-empty), before the target forward; false drops the block and
   // the step decodes plainly, as when a block does not fit. Must not throw. Exactness REQUIRES
@@ -150,6 +158,9 @@ struct DecodeSlot {
   uint32_t start_pos = 0;         // the pending token's position
   double draft_seconds = 0;       // proposer's last_propose_seconds()
   std::vector<int> emitted;       // tokens out (after EOS / max_tokens cuts)
+  // The verified rows' top-K (CPU) where log_top_k asked for it and the chain was verified on
+  // the device; else undefined tensors, and on_commit takes the top-K from the rows.
+  spec::TopKTensors logged_top_k;
   std::string error;              // non-empty: failed in this step ("draft failed: ...")
 };
 
@@ -206,7 +217,8 @@ struct DecodeStepOptions {
 // the same target forward. REQUIRES: every slot's decoder is not finished and has no prompt
 // left to prefill; a slot with a policy needs `costs` (null: nothing is measured).
 // With the device path, on_commit still gets float32 CPU rows (only those slots' rows, and the
-// prompt chunks' and the trees', are copied to the host).
+// prompt chunks' and the trees', are copied to the host), except a logged chain's where
+// logged_top_k carries the step and commit_needs_rows is false.
 void DecodeStep(const LlamaModel& target, StepCostTable* costs,
                 const std::vector<DecodeSlot*>& slots, DecodeStepTimes* times = nullptr,
                 PrefillChunks* prefill = nullptr,

@@ -49,5 +49,34 @@ Status TopKLogProbs(const at::Tensor& logits, int top_k, TopKTensors* out) {
   return Status::OK();
 }
 
+Status TopKLogProbsToHost(const at::Tensor& logits, const std::vector<int64_t>& rows, int top_k,
+                          TopKTensors* out) {
+  *out = TopKTensors();
+  if (!logits.defined() || logits.dim() != 2) {
+    return Status::InvalidArgument("logits must be [R, V >= 1] floating");
+  }
+  for (const int64_t r : rows) {
+    if (r < 0 || r >= logits.size(0)) {
+      return Status::InvalidArgument("row " + std::to_string(r) + " outside the logits' " +
+                                     std::to_string(logits.size(0)));
+    }
+  }
+  const at::Tensor index =
+      at::tensor(rows, at::TensorOptions().dtype(at::kLong)).to(logits.device());
+  TopKTensors on_device;
+  SPECLOOP_RETURN_IF_ERROR(TopKLogProbs(logits.index_select(0, index), top_k, &on_device));
+  // One copy: [ids | logprobs | tail] as float64 (exact for ids below 2^53 and for float32).
+  const at::Tensor packed =
+      at::cat({on_device.ids.to(at::kDouble), on_device.logprobs.to(at::kDouble),
+               on_device.tail_mass.to(at::kDouble).unsqueeze(1)},
+              1)
+          .to(at::kCPU);
+  const int64_t K = on_device.ids.size(1);
+  out->ids = packed.narrow(1, 0, K).to(at::kLong);
+  out->logprobs = packed.narrow(1, K, K).to(at::kFloat);
+  out->tail_mass = packed.select(1, 2 * K).to(at::kFloat);
+  return Status::OK();
+}
+
 }  // namespace spec
 }  // namespace specloop

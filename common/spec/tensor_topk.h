@@ -4,6 +4,8 @@
 // specloop_spec_tensor.
 #pragma once
 
+#include <vector>
+
 #include <ATen/core/Tensor.h>
 
 #include "common/base/status.h"
@@ -24,6 +26,14 @@ struct TopKTensors {
 // Returns InvalidArgument (outputs undefined) for logits not [R, V >= 1] floating or top_k <= 0.
 //   logits: [R, V]
 Status TopKLogProbs(const at::Tensor& logits, int top_k, TopKTensors* out);
+
+// TopKLogProbs of the rows `rows` of `logits` (any device), brought to the host in one copy:
+// *out's tensors on the CPU (ids int64, logprobs and tail_mass float32), row i of them
+// `logits`' row rows[i], the same values TopKLogProbs gives on that device. An empty `rows`
+// gives empty tensors. Returns InvalidArgument (outputs undefined) as TopKLogProbs does, or for
+// a row outside [0, R).
+Status TopKLogProbsToHost(const at::Tensor& logits, const std::vector<int64_t>& rows, int top_k,
+                          TopKTensors* out);
 
 }  // namespace spec
 }  // namespace specloop

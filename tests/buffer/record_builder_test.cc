@@ -194,6 +194,34 @@ TEST(RecordBuilder, RefusesMalformedInputAndAddsNothing) {
   EXPECT_TRUE(zero.AddStep(1, {}, 0, rows.data(), 1, 5).IsInvalidArgument());  // K = 0
 }
 
+// A step from a top-K taken elsewhere (the model's device): the values as given, log-probs
+// rounded to fp16, tails clamped to [0, 1]; a K other than the record's, accepted > k or rows
+// != k + 1 refused with nothing added.
+TEST(RecordBuilder, AStepFromATakenTopKKeepsItsValues) {
+  const std::vector<int64_t> ids = {4, 1, 0, 2, 3, 1};
+  const std::vector<float> lp = {-0.5f, -1.25f, -2.0f, -0.1f, -3.0f, -3.5f};
+  const std::vector<float> tail = {0.25f, 1.5f};
+  RecordBuilder b(Info(3), 3);
+  EXPECT_TRUE(b.AddStepTopK(3, {7}, 1, ids.data(), lp.data(), tail.data(), 2, 2)
+                  .IsInvalidArgument());  // K 2 in a record of K 3
+  EXPECT_TRUE(b.AddStepTopK(3, {7}, 2, ids.data(), lp.data(), tail.data(), 2, 3)
+                  .IsInvalidArgument());  // accepted > k
+  EXPECT_TRUE(b.AddStepTopK(3, {7, 8}, 1, ids.data(), lp.data(), tail.data(), 2, 3)
+                  .IsInvalidArgument());  // rows != k + 1
+  EXPECT_EQ(b.num_steps(), 0u);
+  ASSERT_TRUE(b.AddStepTopK(3, {7}, 1, ids.data(), lp.data(), tail.data(), 2, 3).ok());
+  Record r;
+  ASSERT_TRUE(b.Finish({1, 2, 3, 7, 9}, &r).ok());
+  ASSERT_EQ(r.steps.size(), 1u);
+  const SpecStep& s = r.steps[0];
+  EXPECT_EQ(s.start_pos, 3u);
+  EXPECT_EQ(s.draft_tokens, (std::vector<int32_t>{7}));
+  EXPECT_EQ(s.num_accepted, 1u);
+  EXPECT_EQ(s.topk_ids, (std::vector<int32_t>{4, 1, 0, 2, 3, 1}));
+  for (size_t i = 0; i < lp.size(); ++i) EXPECT_EQ(s.topk_logprobs[i], FloatToHalf(lp[i])) << i;
+  EXPECT_EQ(s.tail_mass, (std::vector<float>{0.25f, 1.0f}));
+}
+
 // FillTopK, the selection every record step goes through (moved from serve/sample_logger).
 TEST(FillTopK, KeepsTheLargestLogProbsInOrderAndTheTailMass) {
   // Two rows over 6 tokens, K = 3.

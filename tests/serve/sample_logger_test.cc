@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/base/half.h"
 #include "tests/serve/buffer_records.h"
 #include "tests/serve/test_util.h"
 
@@ -148,6 +149,62 @@ TEST_F(SampleLoggerTest, CountsWhatTheRecordBuilderRefuses) {
   EXPECT_EQ(got[0].request_id, "cmpl-4");
   ASSERT_EQ(got[0].steps.size(), 1u);
   EXPECT_EQ(got[0].steps[0].draft_tokens, (std::vector<int32_t>{20}));
+}
+
+// A step whose top-K was taken on the model's device (AddStepTopK, from
+// spec::TopKLogProbsToHost) makes the record AddStep makes from the same rows: the same ids in
+// the same order, fp16 log-probs one unit in the last place or 1e-5 apart at most (a float32
+// log-sum-exp against FillTopK's double one), the same tail masses within 1e-6; one whose K is not the
+// logger's, or whose tensors disagree in shape, is dropped and counted, the record kept.
+TEST_F(SampleLoggerTest, ATopKStepTakenOnTheDeviceLogsWhatItsRowsWould) {
+  at::manual_seed(5);
+  const at::Tensor rows = at::randn({3, 40}) * 3;
+  {
+    SampleLogger sl(logger_.get(), TopK4());
+    spec::TopKTensors t;
+    ASSERT_TRUE(spec::TopKLogProbsToHost(at::cat({at::randn({2, 40}), rows}), {2, 3, 4}, 4, &t)
+                    .ok());
+    ASSERT_TRUE(t.ids.device().is_cpu());
+    auto from_rows = sl.Begin("c", "rows", 0, SamplingParams(), {1, 10, 11});
+    sl.AddStep(from_rows, 3, {20, 21}, 1, rows);
+    sl.Finish(from_rows, {1, 10, 11, 20, 30});
+    auto from_top_k = sl.Begin("c", "top-k", 0, SamplingParams(), {1, 10, 11});
+    sl.AddStepTopK(from_top_k, 3, {20, 21}, 1, t);
+    spec::TopKTensors wide;  // K 8 in a record of K 4
+    ASSERT_TRUE(spec::TopKLogProbsToHost(rows, {0, 1, 2}, 8, &wide).ok());
+    sl.AddStepTopK(from_top_k, 5, {20, 21}, 1, wide);
+    spec::TopKTensors torn = t;  // two tail masses for three rows
+    torn.tail_mass = t.tail_mass.narrow(0, 0, 2);
+    sl.AddStepTopK(from_top_k, 5, {20, 21}, 1, torn);
+    sl.Finish(from_top_k, {1, 10, 11, 20, 30});
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (sl.steps_dropped() < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(sl.steps_dropped(), 2u);
+  }
+  ASSERT_TRUE(logger_->Close().ok());
+  const std::vector<Record> got = Records();
+  ASSERT_EQ(got.size(), 2u);
+  const Record& a = got[0].request_id == "rows" ? got[0] : got[1];
+  const Record& b = got[0].request_id == "rows" ? got[1] : got[0];
+  ASSERT_EQ(a.steps.size(), 1u);
+  ASSERT_EQ(b.steps.size(), 1u);
+  const SpecStep &h = a.steps[0], &d = b.steps[0];
+  EXPECT_EQ(d.start_pos, 3u);
+  EXPECT_EQ(d.draft_tokens, h.draft_tokens);
+  EXPECT_EQ(d.num_accepted, 1u);
+  EXPECT_EQ(d.topk_ids, h.topk_ids);
+  ASSERT_EQ(d.topk_logprobs.size(), 12u);
+  for (size_t i = 0; i < 12; ++i) {
+    const float dv = HalfToFloat(d.topk_logprobs[i]), hv = HalfToFloat(h.topk_logprobs[i]);
+    EXPECT_TRUE(std::abs(static_cast<int>(d.topk_logprobs[i]) - h.topk_logprobs[i]) <= 1 ||
+                std::abs(dv - hv) <= 1e-5f)
+        << i << ": " << dv << " / " << hv;
+  }
+  ASSERT_EQ(d.tail_mass.size(), 3u);
+  for (size_t j = 0; j < 3; ++j) EXPECT_NEAR(d.tail_mass[j], h.tail_mass[j], 1e-6) << j;
+  EXPECT_EQ(ValidateRecord(b), "");
 }
 
 // A queued step holds a copy of its own rows, not a view of the batch it came from: the batch's

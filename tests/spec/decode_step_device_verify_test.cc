@@ -9,7 +9,8 @@
 // ratio or a CDF boundary, expected ~1e-7 per uniform: over the ~2,000 uniforms here none is
 // expected, and the test asserts none. A companion swaps in an off-by-one-uniform verifier
 // through DecodeStepOptions::chain_verifier_for_testing and shows the comparison catches it;
-// another fails one sequence's invalid q rows alone, on both paths.
+// another fails one sequence's invalid q rows alone, on both paths. Logging's top-K taken on
+// the device (DecodeSlot::log_top_k) against FillTopK of the host path's rows, step by step.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -32,6 +33,7 @@
 #include "common/spec/acceptance.h"
 #include "common/spec/chain_verify.h"
 #include "common/spec/prompt_lookup_proposer.h"
+#include "common/spec/tensor_topk.h"
 #include "common/spec/tensor_verify.h"
 #include "common/tokenizer/tokenizer.h"
 #include "tests/common/test_models.h"
@@ -114,13 +116,34 @@ struct Arm {
   std::vector<std::string> errors;       // per sequence: the first error
   int64_t sequence_steps = 0;
   int64_t uniforms = 0;  // sampled: the draws verification made (the host verifier's count)
+  // With log_top_k: per sequence, each step's top-K of its verified rows: logged_top_k, or
+  // spec::TopKLogProbs of on_commit's CPU rows.
+  std::vector<std::vector<spec::TopKTensors>> logged;
+  int64_t device_top_k_steps = 0;  // steps whose top-K came in logged_top_k (rows undefined)
 };
+
+// What on_commit hands the replay log for this step: logged_top_k (rows undefined), or the
+// top-K of its verified rows taken on the host.
+spec::TopKTensors LoggedTopK(const DecodeSlot& done, const at::Tensor& rows, int top_k,
+                             Arm* arm) {
+  const int64_t n = static_cast<int64_t>(done.decoder->draft().tokens.size()) + 1;
+  if (done.logged_top_k.ids.defined()) {
+    EXPECT_FALSE(rows.defined());  // commit_needs_rows is false: the rows stay on the device
+    EXPECT_TRUE(done.logged_top_k.ids.device().is_cpu());
+    EXPECT_EQ(done.logged_top_k.ids.sizes(), (at::IntArrayRef{n, top_k}));
+    ++arm->device_top_k_steps;
+    return done.logged_top_k;
+  }
+  spec::TopKTensors t;
+  EXPECT_TRUE(spec::TopKLogProbs(rows.narrow(0, rows.size(0) - n, n), top_k, &t).ok());
+  return t;
+}
 
 // Decodes `batch` sequences (seeds 1000 + round * batch + b) to 40 tokens in lockstep, every step
 // verified where `place` says. `bad` (>= 0): that sequence drafts with BadProbsProposer.
 Arm Decode(int batch, const SamplingParams& base, VerifyPlace place,
            ChainTensorVerifier verifier = nullptr, int bad = -1, bool cuda = false,
-           int round = 0) {
+           int round = 0, int log_top_k = 0) {
   c10::InferenceMode guard;
   const Models& m = Fixture(cuda);
   const int V = m.target->config().vocab_size;
@@ -164,6 +187,17 @@ Arm Decode(int batch, const SamplingParams& base, VerifyPlace place,
   }
   Arm arm;
   arm.errors.resize(batch);
+  arm.logged.resize(batch);
+  if (log_top_k > 0) {
+    for (int b = 0; b < batch; ++b) {
+      DecodeSlot& slot = seqs[b]->slot;
+      slot.log_top_k = log_top_k;
+      slot.commit_needs_rows = false;
+      slot.on_commit = [&arm, b, log_top_k](const DecodeSlot& done, const at::Tensor& rows) {
+        arm.logged[b].push_back(LoggedTopK(done, rows, log_top_k, &arm));
+      };
+    }
+  }
   DecodeStepOptions options;
   options.verify = place;
   options.chain_verifier_for_testing = verifier;
@@ -272,6 +306,55 @@ TEST(DecodeStepDeviceVerify, SameTokensAndStatsAsTheHostPath) {
   std::cout << "compared " << steps << " sequence-steps (" << uniforms
             << " sampled uniforms): no difference allowed\n";
   EXPECT_GT(steps, 1000);
+}
+
+// Logging's top-K on the device: every chain step's verified rows travel as [k + 1, K] values
+// alone (rows undefined), and they are the top-K the host path takes from its CPU rows
+// (spec::TopKLogProbs, which tests/spec/tensor_topk_test.cc holds to FillTopK, the records'
+// selection): on the CPU the same bits; on CUDA the same ids, log-probs and tail masses within
+// 1e-5 (the device's float32 log-sum-exp). K = 64 of 4096, and K = 5000 > vocab (padding). The
+// tokens equal the host path's too.
+void ExpectLoggedTopKAsTheRows(bool cuda) {
+  const double tol = cuda ? 1e-5 : 0.0;
+  for (const int top_k : {64, 5000}) {
+    for (const bool greedy : {true, false}) {
+      const int batch = top_k == 64 ? 16 : 4;
+      const std::string what = std::string(cuda ? "cuda " : "") +
+                               (greedy ? "greedy" : "T 0.8") + ", K " + std::to_string(top_k);
+      const SamplingParams s = greedy ? Greedy() : Sampled();
+      const Arm host = Decode(batch, s, VerifyPlace::kHost, nullptr, -1, cuda, 0, top_k);
+      const Arm device = Decode(batch, s, cuda ? VerifyPlace::kAuto : VerifyPlace::kDevice,
+                                nullptr, -1, cuda, 0, top_k);
+      EXPECT_EQ(Differences(host, device, what), 0) << what;
+      EXPECT_EQ(host.device_top_k_steps, 0) << what;
+      int64_t steps = 0;
+      for (int b = 0; b < batch; ++b) {
+        ASSERT_EQ(host.errors[b], "") << what;
+        ASSERT_EQ(device.errors[b], "") << what;
+        ASSERT_EQ(host.logged[b].size(), device.logged[b].size()) << what << " " << b;
+        for (size_t i = 0; i < host.logged[b].size(); ++i) {
+          const spec::TopKTensors& h = host.logged[b][i];
+          const spec::TopKTensors& d = device.logged[b][i];
+          const std::string at = what + " sequence " + std::to_string(b) + " step " +
+                                 std::to_string(i);
+          ASSERT_TRUE(at::equal(h.ids, d.ids)) << at;
+          ASSERT_TRUE(at::isclose(h.logprobs, d.logprobs, 0.0, tol).all().item<bool>()) << at;
+          ASSERT_TRUE(at::isclose(h.tail_mass, d.tail_mass, 0.0, tol).all().item<bool>()) << at;
+          ++steps;
+        }
+      }
+      EXPECT_EQ(device.device_top_k_steps, steps) << what;  // every step's came from the device
+      EXPECT_GT(steps, 40) << what;
+      std::cout << what << ": " << steps << " logged steps compared\n";
+    }
+  }
+}
+
+TEST(DecodeStepDeviceVerify, LoggedTopKOnTheDeviceIsTheRowsTopK) { ExpectLoggedTopKAsTheRows(false); }
+
+TEST(DecodeStepDeviceVerify, LoggedTopKOnTheDeviceIsTheRowsTopKOnCuda) {
+  if (!testing::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  ExpectLoggedTopKAsTheRows(true);
 }
 
 // Off by one uniform: position i tests with u_{i+1} (the recovered token's draw).
