@@ -221,12 +221,12 @@ inline void PackedColumns(const float* x, long M, long K, const typename W::T* p
 
 // Up to kPackedRows rows: tiles of kPackedVectors vectors of outputs, each weight vector loaded
 // (and converted, for 16-bit weights) once and used for every row. More rows (a verification of
-// 13-16 positions on AVX-512, a batch of 16 sequences, a prompt): chunks of at most kPackedRows
-// rows of near-equal size, the later chunks reading the tile's weights again from cache. A tile
-// of one vector and every row at once (each 16-bit weight converted once per call) ran 0.78-0.92x
-// slower at 13-16 rows on a core with two 512-bit FMA pipes (Zen 5): its one broadcast load per
-// multiply-add bounds it by the loads (bench/RESULTS.md, engine_bench). The tile shape changes
-// how many rows share a loaded weight, never an output's multiply-add chain.
+// more positions, a batch of sequences, a prompt): chunks of at most kPackedRows rows of
+// near-equal size, the later chunks reading the tile's weights again from cache. A tile of one
+// vector of outputs and every row at once (each 16-bit weight converted once per call) took
+// 1.3-1.6x the chunks' time at 16 rows on a core with two 512-bit FMA pipes (Zen 5; engine_bench
+// in bench/RESULTS.md): one broadcast load per multiply-add bounds it by the loads. The tile
+// shape changes how many rows share a loaded weight, never an output's multiply-add chain.
 template <class W>
 void Packed(const float* x, long M, long K, long O, const void* weights, float* out, long ldo,
             long panel_begin, long panel_end, bool add) {
