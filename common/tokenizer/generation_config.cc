@@ -74,9 +74,10 @@ Status GenerationConfig::FromJson(const std::string& text, const std::string& pa
   if (!j.is_object()) return Status::InvalidArgument(path + ": must be a JSON object");
   GenerationConfig c;
   c.present = true;
+  // Bounded by float's range: a request holds its temperature in a float.
   SPECLOOP_RETURN_IF_ERROR(ReadNumber(j, "temperature", path, 0, false,
-                                      std::numeric_limits<double>::max(),
-                                      "a number >= 0", &c.temperature));
+                                      std::numeric_limits<float>::max(),
+                                      "a number >= 0 within float's range", &c.temperature));
   SPECLOOP_RETURN_IF_ERROR(
       ReadNumber(j, "top_p", path, 0, /*lo_open=*/true, 1, "a number in (0, 1]", &c.top_p));
   SPECLOOP_RETURN_IF_ERROR(ReadInt(j, "top_k", path, -1, "an integer >= -1", &c.top_k));

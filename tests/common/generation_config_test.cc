@@ -157,8 +157,13 @@ TEST(GenerationConfigTest, MalformedFilesAreClearErrors) {
   const Case cases[] = {
       {"{\"temperature\": 0.6,", "DIR/generation_config.json: not valid JSON"},
       {"[1, 2]", "DIR/generation_config.json: must be a JSON object"},
-      {R"({"temperature": "hot"})", "\"temperature\" must be a number >= 0, got \"hot\""},
-      {R"({"temperature": -0.5})", "\"temperature\" must be a number >= 0, got -0.5"},
+      {R"({"temperature": "hot"})",
+       "\"temperature\" must be a number >= 0 within float's range, got \"hot\""},
+      {R"({"temperature": -0.5})",
+       "\"temperature\" must be a number >= 0 within float's range, got -0.5"},
+      // generation_config_fuzzer's find: past float's range a request's float would be inf.
+      {R"({"temperature": 0.7e+300})",
+       "\"temperature\" must be a number >= 0 within float's range, got 7e+299"},
       {R"({"top_p": 0})", "\"top_p\" must be a number in (0, 1], got 0"},
       {R"({"top_p": 1.5})", "\"top_p\" must be a number in (0, 1], got 1.5"},
       {R"({"top_k": -2})", "\"top_k\" must be an integer >= -1, got -2"},

@@ -175,6 +175,8 @@ def generation_config_seeds():
     write("generation_config", "greedy", json.dumps({"do_sample": False, "temperature": 0.7}))
     write("generation_config", "wrong_types", json.dumps({"top_p": "most", "max_new_tokens": 1e300}))
     write("generation_config", "penalties", json.dumps({"repetition_penalty": 1.1, "min_p": 0.05}))
+    # A fuzzer find (2026-12-02): a temperature past float's range parsed, then made an inf.
+    write("generation_config", "huge_temperature", '{"do_sample": false, "temperature": 0.7e+300}')
 
 
 # ---- draft channel (common/channel/draft_channel.h) ----
