@@ -12,7 +12,8 @@
 // measured requests (`--requests` per client, default max(8, 64 / concurrency)). Every request
 // of a stack has its own prompt (the warm-up's follow the measured ones'): at temperature 0 a
 // recurring prompt's answer would be drafted from its earlier one by the suffix proposer. The
-// modes are interleaved within each repetition, so a change in machine load hits them alike;
+// modes are interleaved within each repetition (odd ones in reverse order, so that a mode's place
+// in the rotation weighs on every mode alike), so a change in machine load hits them alike;
 // ratios (auto/off, logging overheads) are computed per repetition and their median reported,
 // beside the median throughput and p50/p99 latency of each mode.
 // First, the logger's per-row work alone: FillTopK against the direct way (an exp in double per
@@ -441,7 +442,11 @@ int main(int argc, char** argv) {
     for (int r = 0; r < reps; ++r) {
       for (const std::string& dtype : dtypes) {
         for (const double temperature : temperatures) {
-          for (const Mode& m : modes) {
+          // Odd repetitions run the modes in reverse order, so that a mode's place in the
+          // rotation (the machine's state after the stack before it) weighs on every mode alike.
+          std::vector<Mode> order = modes;
+          if (r % 2 == 1) std::reverse(order.begin(), order.end());
+          for (const Mode& m : order) {
             runs[{dtype, temperature}][m.name].push_back(RunOnce(shared, target, dtype,
                                                                  temperature, m, conc,
                                                                  per_client, warmup, tokens,

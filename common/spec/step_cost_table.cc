@@ -59,13 +59,18 @@ double StepCostTable::Curve::Seconds(int size) const {
   }
   auto at = [&](int i) { return sum_[i] / weight_[i]; };
   if (lo < 0 && hi < 0) return 0.0;
-  if (lo >= 0 && hi >= 0) {
-    if (lo == hi) return at(lo);
-    const double t = double(size - grid_[lo]) / (grid_[hi] - grid_[lo]);
-    return at(lo) * (1 - t) + at(hi) * t;
+  if (hi < 0) return at(lo) * size / grid_[lo];  // beyond the largest measured: proportional
+  // At most what any larger measured size costs: fewer rows do no more work. A size's
+  // observations can be slow for a reason of their own (a batch shrinks to 15 rows just as a
+  // request ends, when the server's other threads wake to answer it and send the next one)
+  // and would otherwise price that size above larger ones.
+  double cap = at(hi);
+  for (size_t i = hi + 1; i < grid_.size(); ++i) {
+    if (weight_[i] > 0) cap = std::min(cap, at(i));
   }
-  if (hi >= 0) return at(hi);                  // below the smallest measured: flat
-  return at(lo) * size / grid_[lo];            // beyond the largest: proportional
+  if (lo < 0 || lo == hi) return cap;  // below the smallest measured: flat
+  const double t = double(size - grid_[lo]) / (grid_[hi] - grid_[lo]);
+  return std::min(cap, at(lo) * (1 - t) + at(hi) * t);
 }
 
 StepCostTable::StepCostTable(double half_life)

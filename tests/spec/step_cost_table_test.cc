@@ -24,6 +24,31 @@ TEST(StepCostTable, InterpolatesBetweenMeasuredSizesFlatBelowProportionalBeyond)
   EXPECT_DOUBLE_EQ(t.TargetSeconds(24, 0), 30.0);
 }
 
+// A size whose observations ran slow for a reason of their own (on a 2-core machine serving
+// 16 clients, the 15-row forwards that follow a request's end ran 2-4x a 16-row one's time:
+// the HTTP and client threads woke beside the two compute threads) is priced at no more than
+// a larger size: else the plain step at 15 sequences looked dearer than speculating at 30
+// rows, and the batch speculated where it lost.
+TEST(StepCostTable, NoSizeCostsMoreThanALargerMeasuredOne) {
+  StepCostTable t;
+  for (int i = 0; i < 20; ++i) t.ObserveTarget(16, 0, 8.0, true);
+  for (int i = 0; i < 20; ++i) t.ObserveTarget(36, 0, 13.0, true);
+  t.ObserveTarget(15, 0, 25.0, true);
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(15, 0), 8.0);  // capped by 16's
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(16, 0), 8.0);
+  EXPECT_LT(t.TargetSeconds(24, 0), 13.0);        // between 16 and 36: interpolated
+  EXPECT_GT(t.TargetSeconds(24, 0), 8.0);
+  // Below every measured size but one slower than a larger one: flat at the cap.
+  t.ObserveTarget(4, 0, 30.0, true);
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(2, 0), 8.0);
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(10, 0), 8.0);  // between 4 and 15: capped too
+  // The draft's curve likewise.
+  t.ObserveDraft(8, 1.0);
+  t.ObserveDraft(4, 3.0);
+  EXPECT_DOUBLE_EQ(t.DraftSeconds(4), 1.0);
+  EXPECT_DOUBLE_EQ(t.DraftSeconds(6), 1.0);
+}
+
 TEST(StepCostTable, ContextAddsAttentionsSlopePerRowAndCachedToken) {
   StepCostTable t;
   t.set_context_slope(0.001);
@@ -41,7 +66,7 @@ TEST(StepCostTable, DecayedMeanFollowsChangeWithItsHalfLife) {
   EXPECT_NEAR(t.TargetSeconds(2, 0), 2.0, 1e-6);
   // Weights age with observations of any size: 400 steps elsewhere, then one at 2 rows, and
   // that one outweighs the 404 before it by 2^100.
-  for (int i = 0; i < 400; ++i) t.ObserveTarget(5, 0, 1.0, true);
+  for (int i = 0; i < 400; ++i) t.ObserveTarget(5, 0, 10.0, true);
   t.ObserveTarget(2, 0, 7.0, true);
   EXPECT_NEAR(t.TargetSeconds(2, 0), 7.0, 1e-6);
 }
