@@ -10,6 +10,7 @@
 #include "common/base/clock.h"
 #include "common/engine/decode_step.h"
 #include "common/engine/speculative_decoder.h"
+#include "serve/prefill_budget.h"
 #include "serve/sequence.h"
 #include "serve/step_logprobs.h"
 
@@ -416,18 +417,11 @@ void Scheduler::Admit() {
   }
 }
 
-// The target's extra seconds for a prompt chunk of `tokens` after `prefix` cached ones, riding
-// in a forward of `rows` decoding rows: the rows' cost curve, and the chunk's attention (to
-// its prefix and within itself) at the table's cost per row and attended token.
-double Scheduler::ChunkSeconds(int rows, int64_t tokens, int64_t prefix) const {
-  const int n = static_cast<int>(tokens);
-  const double attention = costs_.TargetSeconds(n, prefix + (tokens - 1) / 2.0) -
-                           costs_.TargetSeconds(n, 0);
-  return costs_.TargetSeconds(rows + n, 0) - costs_.TargetSeconds(rows, 0) + attention;
-}
-
 bool Scheduler::SpeculationPays(const DecodeSlot& slot, int batch, int64_t context) const {
   if (slot.policy == nullptr) return slot.fixed_k > 0;
+  // A domain decoding plainly (its policy's settled choice, probes aside) leaves the draft
+  // behind: its catch-up is ChooseK's to weigh, should the domain speculate again.
+  if (slot.policy->current() == 0) return false;
   const double plain = slot.policy->ExpectedRate(costs_, 0, batch, context);
   for (int k = 1; k <= slot.policy->options().k_max; ++k) {
     if (slot.policy->ExpectedRate(costs_, k, batch, context) > plain) return true;
@@ -436,14 +430,9 @@ bool Scheduler::SpeculationPays(const DecodeSlot& slot, int batch, int64_t conte
 }
 
 // Chunked prefill, as vLLM's and SGLang's schedulers: each step carries prompt tokens of the
-// prefilling sequences, oldest first, in the target forward of the decoding ones. Alone, a
-// step carries up to kMaxPrefillChunk tokens (a bound on one forward). Beside decoding
-// sequences the step's time is shared by sequence: the chunks may add, by the step cost
-// table, the decoding rows' seconds times prefilling / decoding sequences (each prefilling
-// one gets what a decoding one gets), at least kMinPrefillShare of them (so a lone long prompt
-// stretches the others' steps by half instead of stalling them for its whole prefill) and at
-// least kMinPrefillChunk tokens (so that a prompt always advances). Where speculation pays
-// at this batch (a fixed k, or the domain's policy expecting more tokens per second at some
+// prefilling sequences, oldest first, in the target forward of the decoding ones, as many as
+// PrefillBudget allows (serve/prefill_budget.h). Where speculation pays at this batch (a
+// fixed k, or the domain's policy speculating and expecting more tokens per second at some
 // k > 0 than plainly), the draft is fed the same chunks in one batched draft forward, so that
 // its first block does not catch up on the whole prompt; elsewhere the draft is left behind
 // and its catch-up is the policy's to weigh (a 16-client batch on target-wide-46m decodes
@@ -453,23 +442,9 @@ double Scheduler::TakePrefillChunks(const std::vector<Sequence*>& prefilling, in
                                     int decode_rows, double context, PrefillChunks* chunks,
                                     std::vector<Sequence*>* chunked) {
   // How many tokens fit in the step, given the first chunk's prefix.
-  const int64_t prefix = prefilling.front()->decoder->prefilled();
-  int64_t budget = kMaxPrefillChunk;
-  if (decode_rows > 0) {
-    const double share =
-        std::max(kMinPrefillShare, static_cast<double>(prefilling.size()) / decoding);
-    const double allowed = share * costs_.TargetSeconds(decode_rows, context);
-    int64_t lo = kMinPrefillChunk, hi = kMaxPrefillChunk;
-    while (lo < hi) {  // the largest chunk within the allowance (seconds grow with tokens)
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (ChunkSeconds(decode_rows, mid, prefix) <= allowed) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    budget = lo;
-  }
+  const int64_t budget =
+      PrefillBudget(costs_, decode_rows, decoding, static_cast<int>(prefilling.size()), context,
+                    prefilling.front()->decoder->prefilled());
   struct Planned {
     Sequence* seq;
     int64_t tokens;
@@ -515,7 +490,7 @@ double Scheduler::TakePrefillChunks(const std::vector<Sequence*>& prefilling, in
   int rows = decode_rows;
   for (const Planned& p : plan) {
     if (p.seq->done) continue;
-    seconds += ChunkSeconds(rows, p.tokens, p.seq->decoder->prefilled());
+    seconds += PrefillChunkSeconds(costs_, rows, p.tokens, p.seq->decoder->prefilled());
     rows += static_cast<int>(p.tokens);
     const int64_t begin = p.seq->decoder->prefilled();
     ForwardInput in = p.seq->decoder->PrefillInput(p.tokens);

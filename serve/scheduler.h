@@ -139,7 +139,6 @@ class Scheduler {
   void InstallDraft(DraftCandidate candidate);
   void Admit();
   void Step();
-  double ChunkSeconds(int rows, int64_t tokens, int64_t prefix) const;
   bool SpeculationPays(const DecodeSlot& slot, int batch, int64_t context) const;
   double TakePrefillChunks(const std::vector<Sequence*>& prefilling, int decoding,
                            int decode_rows, double context, PrefillChunks* chunks,
@@ -196,13 +195,6 @@ class Scheduler {
   std::map<std::string, SuffixState> suffixes_;
   StepCostTable costs_;
   DecodeStepTimes last_decode_;  // the last step's decoding sequences and rows
-
-  // Chunked prefill (TakePrefillChunks): prompt tokens a step carries beside decoding
-  // sequences, at least and (alone too) at most; the least share of their forward's seconds
-  // the chunks may add.
-  static constexpr int64_t kMinPrefillChunk = 4;
-  static constexpr int64_t kMaxPrefillChunk = 512;
-  static constexpr double kMinPrefillShare = 0.5;
 
   std::atomic<uint64_t> draft_version_{0};
   std::atomic<int> active_count_{0};

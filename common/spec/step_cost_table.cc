@@ -5,7 +5,11 @@
 
 namespace specloop {
 
-StepCostTable::Curve::Curve(double decay) : decay_(decay) {
+StepCostTable::Curve::Curve(double decay)
+    : decay_(decay),
+      cap_age_(decay > 0 && decay < 1
+                   ? std::llround(kCapHalfLives * std::log(0.5) / std::log(decay))
+                   : 0) {
   for (int s = 1; s <= 16; ++s) grid_.push_back(s);
   while (grid_.back() < 4096) grid_.push_back(grid_.back() * 3 / 2);
   sum_.assign(grid_.size(), 0.0);
@@ -60,13 +64,15 @@ double StepCostTable::Curve::Seconds(int size) const {
   auto at = [&](int i) { return sum_[i] / weight_[i]; };
   if (lo < 0 && hi < 0) return 0.0;
   if (hi < 0) return at(lo) * size / grid_[lo];  // beyond the largest measured: proportional
-  // At most what any larger measured size costs: fewer rows do no more work. A size's
+  // At most what a larger size measured lately costs: fewer rows do no more work. A size's
   // observations can be slow for a reason of their own (a batch shrinks to 15 rows just as a
   // request ends, when the server's other threads wake to answer it and send the next one)
-  // and would otherwise price that size above larger ones.
+  // and would otherwise price that size above larger ones. Only a size observed within
+  // kCapHalfLives half-lives caps: an old time (a calibration's, on an idle machine) is not
+  // what the others cost now.
   double cap = at(hi);
   for (size_t i = hi + 1; i < grid_.size(); ++i) {
-    if (weight_[i] > 0) cap = std::min(cap, at(i));
+    if (weight_[i] > 0 && clock_ - last_[i] <= cap_age_) cap = std::min(cap, at(i));
   }
   if (lo < 0 || lo == hi) return cap;  // below the smallest measured: flat
   const double t = double(size - grid_[lo]) / (grid_[hi] - grid_[lo]);

@@ -11,7 +11,8 @@
 //
 // W and draft are decayed means on a grid of sizes (1..16 exactly, then steps of about 1.5x),
 // interpolated linearly between measured sizes, flat below the smallest and proportional beyond
-// the largest. An observation's weight halves every `half_life` observations of any size: a
+// the largest, and no size above a larger one observed in the last two half-lives (fewer rows
+// do no more work; a size's own times can be slow for a reason of their own). An observation's weight halves every `half_life` observations of any size: a
 // size seldom taken is as fresh as its last few observations. `slope` (attention's seconds per row and
 // cached token) comes from a calibration at two contexts and is not refined: it is arithmetic,
 // and a step's noise would swamp it.
@@ -111,7 +112,9 @@ class StepCostTable {
 
    private:
     size_t Nearest(int size) const;
+    static constexpr double kCapHalfLives = 2;  // see Seconds()
     double decay_;
+    int64_t cap_age_;             // observations within which a larger size caps a smaller
     std::vector<int> grid_;       // sizes, increasing
     std::vector<double> sum_, weight_;  // [grid index]: decayed sums of seconds, of observations
     std::vector<int64_t> last_;         // [grid index]: clock_ at its last observation

@@ -49,6 +49,21 @@ TEST(StepCostTable, NoSizeCostsMoreThanALargerMeasuredOne) {
   EXPECT_DOUBLE_EQ(t.DraftSeconds(6), 1.0);
 }
 
+// Only a larger size observed lately caps: one last timed long ago (a calibration's, on an
+// idle machine, where a serving one runs slower) is not what the others cost now. With every
+// stale time capping, a one-client server's live plain step was priced at an idle 16-row
+// forward's time, and a freshly swapped draft was hardly ever tried.
+TEST(StepCostTable, OnlyALargerSizeObservedLatelyCaps) {
+  StepCostTable t(/*half_life=*/8);
+  t.ObserveTarget(16, 0, 3.0, true);  // idle
+  for (int i = 0; i < 16; ++i) t.ObserveTarget(1, 0, 4.0, true);  // two half-lives
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(1, 0), 3.0);  // 16's time is still recent: it caps
+  t.ObserveTarget(1, 0, 4.0, true);
+  EXPECT_DOUBLE_EQ(t.TargetSeconds(1, 0), 4.0);  // now it is old: the live time stands
+  t.ObserveTarget(16, 0, 3.5, true);             // 16 observed again: it caps again
+  EXPECT_LT(t.TargetSeconds(1, 0), 4.0);
+}
+
 TEST(StepCostTable, ContextAddsAttentionsSlopePerRowAndCachedToken) {
   StepCostTable t;
   t.set_context_slope(0.001);
