@@ -12,10 +12,11 @@
 // W and draft are decayed means on a grid of sizes (1..16 exactly, then steps of about 1.5x),
 // interpolated linearly between measured sizes, flat below the smallest and proportional beyond
 // the largest, and no size above a larger one observed in the last two half-lives (fewer rows
-// do no more work; a size's own times can be slow for a reason of their own). An observation's weight halves every `half_life` observations of any size: a
-// size seldom taken is as fresh as its last few observations. `slope` (attention's seconds per row and
-// cached token) comes from a calibration at two contexts and is not refined: it is arithmetic,
-// and a step's noise would swamp it.
+// do no more work; a size's own times can be slow for a reason of their own). An
+// observation's weight halves every `half_life` observations of any size: a size seldom taken
+// is as fresh as its last few observations. `slope` (attention's seconds per row and cached
+// token) comes from a calibration at two contexts and is not refined: it is arithmetic, and a
+// step's noise would swamp it.
 //
 // A whole decoding step is priced by StepSeconds: its batched draft forwards, and its rows'
 // share of the target forward over every row in it, prompt chunks included. A row is priced
