@@ -256,11 +256,15 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       FailSlot(slot, "draft failed", e);
     }
   }
+  // Where the step verifies its chains: on the device, the drafts (the draft model's, the
+  // head's) are drawn there too.
+  const bool on_device = options.verify == VerifyPlace::kDevice ||
+                         (options.verify == VerifyPlace::kAuto && !target.device().is_cpu());
   // The batched draft forwards' wall time: with their sampling, which the proposers' own
   // timings (their forwards) leave out.
   const auto d0 = Clock::now();
   try {
-    DraftModelProposer::ProposeBatch(items);
+    DraftModelProposer::ProposeBatch(items, on_device);
   } catch (const std::exception& e) {  // the batch's draft forwards touched them all
     for (DecodeSlot* slot : slots) {
       if (slot->draft_proposer != nullptr && !IsModelFree(slot->kind) && slot->error.empty()) {
@@ -269,7 +273,7 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
     }
   }
   try {
-    FeatureDraftProposer::ProposeBatch(feature_items);
+    FeatureDraftProposer::ProposeBatch(feature_items, on_device);
   } catch (const std::exception& e) {  // likewise the head's forwards
     for (DecodeSlot* slot : slots) {
       if (slot->feature_proposer != nullptr && !IsModelFree(slot->kind) && slot->error.empty()) {
@@ -336,12 +340,9 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
   }
   if (inputs.empty()) return;
   at::Tensor logits, hidden;
-  bool on_device = false;  // the chains verified together on the logits' device
   const auto t0 = Clock::now();
   try {
     logits = layers.empty() ? target.Forward(inputs) : target.Forward(inputs, layers, &hidden);
-    on_device = options.verify == VerifyPlace::kDevice ||
-                (options.verify == VerifyPlace::kAuto && !logits.device().is_cpu());
     if (!on_device) logits = logits.to(at::kCPU).contiguous();
   } catch (const std::exception& e) {
     for (DecodeSlot* slot : live) FailSlot(slot, "target forward failed", e);
@@ -388,8 +389,16 @@ void DecodeStep(const LlamaModel& target, StepCostTable* costs,
       if (decoder.draft().is_tree()) continue;
       const int64_t k = decoder.draft().tokens.size();
       device_index[i] = static_cast<int>(chains.size());
+      // A chain drawn on the device keeps its q there (a dropped block's are stale).
+      const DecodeSlot& slot = *live[i];
+      const at::Tensor q = k == 0 ? at::Tensor()
+                           : slot.kind == BlockKind::kDraftModel
+                               ? slot.draft_proposer->device_probs()
+                           : slot.kind == BlockKind::kFeatureDraft
+                               ? slot.feature_proposer->device_probs()
+                               : at::Tensor();
       chains.push_back({static_cast<int64_t>(offsets[i] + slot_rows(i)) - (k + 1),
-                        &decoder.draft(), decoder.sampling(), decoder.rng()});
+                        &decoder.draft(), decoder.sampling(), decoder.rng(), q});
     }
     const auto c0 = Clock::now();
     try {

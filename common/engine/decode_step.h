@@ -12,7 +12,8 @@
 //   2. drafts: the sequences that draft with a model together (DraftModelProposer::ProposeBatch:
 //      one batched draft forward per drafted position), those that draft from the target's
 //      features likewise (FeatureDraftProposer::ProposeBatch), the others through their
-//      proposer; the slot's `kind` names the plan taken;
+//      proposer; the slot's `kind` names the plan taken (where the step verifies on the
+//      device, the draft model's and the head's chains are drawn there: device_draw.h);
 //   3. runs ONE target forward over every sequence's pending token and drafts (returning the
 //      features a feature draft reads, when a slot has one);
 //   4. verifies each sequence's rows (SpeculativeDecoder::Commit, exact; on a device, or where
@@ -200,8 +201,9 @@ enum class VerifyPlace {
   // Every sequence on the host: its rows copied to the CPU, SpeculativeDecoder::Commit.
   kHost,
   // The chains of the step in one batched call on the logits' device (device_chain_verify.h),
-  // then SpeculativeDecoder::CommitOutcome; on the CPU too (tests: the same tokens as the host
-  // path with the same seeds, up to rounding at a uniform's boundary).
+  // then SpeculativeDecoder::CommitOutcome, the draft model's and the head's chains drawn on
+  // the device too (device_draw.h); on the CPU too (tests: the same tokens as
+  // the host path with the same seeds, up to rounding at a uniform's boundary).
   kDevice,
 };
 

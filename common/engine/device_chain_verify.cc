@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 #include "common/spec/tensor_sampling.h"
@@ -81,6 +82,7 @@ Status VerifySampled(const at::Tensor& logits, const std::vector<DeviceChain>& c
   for (Rng& r : streams) rngs.push_back(&r);
   at::Tensor p;
   SPECLOOP_RETURN_IF_ERROR(spec::ProcessedProbsTensor(Rows(logits, index, K), params, &p));
+  // q: the host rows in one upload, then the rows drawn on the device in place.
   at::Tensor q_host = at::zeros({B, K, V}, at::kFloat);
   float* q = q_host.data_ptr<float>();
   for (int64_t b = 0; b < B; ++b) {
@@ -88,6 +90,10 @@ Status VerifySampled(const at::Tensor& logits, const std::vector<DeviceChain>& c
     std::memcpy(q + b * K * V, probs.data(), probs.size() * sizeof(float));
   }
   const at::Tensor q_dev = q_host.to(logits.device());
+  for (int64_t b = 0; b < B; ++b) {
+    const at::Tensor& rows = chains[g[b]].draft_probs;
+    if (rows.defined()) q_dev.select(0, b).narrow(0, 0, rows.size(0)).copy_(rows);
+  }
   const at::Tensor control = spec::ChainControl(Counts(chains, g), K, rngs);
   SPECLOOP_RETURN_IF_ERROR(verifier(p, q_dev, index.narrow(1, 2 + K, K), control, packed));
 
@@ -131,7 +137,15 @@ Status VerifyChainsOnDevice(const at::Tensor& logits, const std::vector<DeviceCh
       if (c.first_row < 0 || c.first_row + k + 1 > R) {
         bad = "rows [" + std::to_string(c.first_row) + ", " + std::to_string(c.first_row + k + 1) +
               ") outside the " + std::to_string(R) + " logits rows";
-      } else if (!c.sampling.greedy() && c.draft->probs.size() != static_cast<size_t>(k * V)) {
+      } else if (!c.sampling.greedy() && c.draft_probs.defined() &&
+                 (c.draft_probs.dim() != 2 || c.draft_probs.size(0) != k ||
+                  c.draft_probs.size(1) != V || !at::isFloatingType(c.draft_probs.scalar_type()))) {
+        std::ostringstream shape;
+        shape << c.draft_probs.sizes() << " " << c.draft_probs.scalar_type();
+        bad = "draft probs on the device are " + shape.str() + ", need [" + std::to_string(k) +
+              ", " + std::to_string(V) + "] floating";
+      } else if (!c.sampling.greedy() && !c.draft_probs.defined() &&
+                 c.draft->probs.size() != static_cast<size_t>(k * V)) {
         bad = "draft probs hold " + std::to_string(c.draft->probs.size()) + " values, need " +
               std::to_string(k) + " x " + std::to_string(V);
       } else if (const std::string p = c.sampling.Validate(); !p.empty()) {

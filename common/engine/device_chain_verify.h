@@ -7,7 +7,8 @@
 // (the tested positions' sum min(p, q)) is computed there too and travels in the same copy.
 //
 // Per step: one upload of the rows' indices and draft tokens, one of the sampled sequences' q
-// rows (DraftBlock::probs is host memory), the control (counts and uniforms) and the sampling
+// rows where they are in host memory (DraftBlock::probs; none where the draft drew on the
+// device, DeviceChain::draft_probs), the control (counts and uniforms) and the sampling
 // parameters; one [B, K + 3] int64 copy back.
 //
 // Uniforms: sequence b's k_b + 1 uniforms are the first draws of `rng` (a copy of its decoder's
@@ -35,6 +36,9 @@ struct DeviceChain {
   const DraftBlock* draft = nullptr;  // k tokens; sampled: probs [k, vocab] (host), else unread
   SamplingParams sampling;           // the target's processing of its rows (seed unread)
   Rng rng;                           // a copy of its stream: the uniforms are its first draws
+  // Sampled, where the draft drew on the device (DraftModelProposer::device_probs()): its q
+  // rows, [k, vocab] on any device, read instead of draft->probs; else undefined.
+  at::Tensor draft_probs;
 };
 
 struct DeviceChainResult {
@@ -55,7 +59,8 @@ using ChainTensorVerifier = Status (*)(const at::Tensor& target_probs,
 // Verifies every chain of `chains` against its rows of `logits`, filling results[i] for
 // chains[i]. Returns InvalidArgument (results undefined) for logits not [rows, V] floating.
 // A chain fails alone (its result's status InvalidArgument) for rows outside `logits`, a null
-// draft or a tree, invalid sampling, a sampled chain whose probs are not [k, V], or bad values
+// draft or a tree, invalid sampling, a sampled chain whose q (draft_probs, else draft->probs) is
+// not [k, V], or bad values
 // (a token outside [0, V), a row it reads without mass or with a negative or non-finite entry).
 // Throws what LibTorch throws.
 //   logits: [rows, V] on any device; `verifier`: null is spec::VerifyChainTensors

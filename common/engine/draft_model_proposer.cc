@@ -3,17 +3,21 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/engine/device_draw.h"
 #include "common/spec/rrs.h"
 
+#include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
 namespace specloop {
 namespace {
 
 // The draft's logits where drafting reads them: float32 rows in host memory (a copy, and a wait
-// for the forward, only when the draft runs on a GPU).
-at::Tensor DraftLogits(const LlamaModel& draft, const std::vector<ForwardInput>& batch) {
-  return draft.Forward(batch).to(at::kCPU, at::kFloat).contiguous();
+// for the forward, only when the draft runs on a GPU), or where the forward left them.
+at::Tensor DraftLogits(const LlamaModel& draft, const std::vector<ForwardInput>& batch,
+                       bool on_device = false) {
+  const at::Tensor logits = draft.Forward(batch);
+  return on_device ? logits : logits.to(at::kCPU, at::kFloat).contiguous();
 }
 
 }  // namespace
@@ -110,6 +114,8 @@ ForwardInput DraftModelProposer::PrefillInput(const std::vector<int>& context, s
 
 void DraftModelProposer::Begin(DraftBlock* out) {
   out->Clear();
+  device_probs_ = at::Tensor();
+  device_rows_.clear();
   tree_forwards_.clear();
   last_seconds_ = 0.0;
   last_catch_up_ = CatchUp();
@@ -136,8 +142,12 @@ int DraftModelProposer::Draw(const float* row, int i, int max_k, DraftBlock* out
     }
     token = SampleFrom(scratch_.data(), V, &rng_);
   }
-  out->tokens.push_back(token);
   if (!sampling_.greedy()) out->probs.insert(out->probs.end(), scratch_.begin(), scratch_.end());
+  return Keep(token, i, max_k, out);
+}
+
+int DraftModelProposer::Keep(int token, int i, int max_k, DraftBlock* out) {
+  out->tokens.push_back(token);
   // The last token of a block is never fed: its q is all verification needs.
   if (i + 1 == max_k ||
       static_cast<int>(cached_.size()) + 1 >= draft_->config().max_model_len) {
@@ -195,7 +205,7 @@ void DraftModelProposer::Propose(const std::vector<int>& context, int max_k, Dra
   last_seconds_ = forwards > 0 ? seconds * drafted / forwards : (drafted > 0 ? -1.0 : 0.0);
 }
 
-void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items) {
+void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items, bool on_device) {
   using Clock = std::chrono::steady_clock;
   c10::InferenceMode guard;
   std::vector<const BatchItem*> chains;
@@ -224,7 +234,7 @@ void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items) {
     total_fed += fed[j];
   }
   auto t0 = Clock::now();
-  at::Tensor logits = DraftLogits(*draft, inputs);
+  at::Tensor logits = DraftLogits(*draft, inputs, on_device);
   double dt = std::chrono::duration<double>(Clock::now() - t0).count();
   for (size_t j = 0; j < n; ++j) {
     const double share = dt * fed[j] / std::max<size_t>(1, total_fed);
@@ -243,10 +253,26 @@ void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items) {
   for (int i = 0; !active.empty(); ++i) {
     std::vector<size_t> next_active;
     inputs.clear();
+    std::vector<int64_t> drawn;  // on the device: the rows' tokens
+    at::Tensor q;
+    if (on_device) {
+      std::vector<DrawRow> rows;
+      for (size_t j : active) {
+        DraftModelProposer& p = *chains[j]->proposer;
+        rows.push_back({p.sampling_, p.min_confidence_, &p.rng_});
+      }
+      drawn = DrawOnDevice(logits, rows, &q);
+    }
     for (size_t r = 0; r < active.size(); ++r) {
       const BatchItem& item = *chains[active[r]];
-      const int next = item.proposer->Draw(logits.data_ptr<float>() + r * V, i, item.max_k,
-                                           item.out);
+      DraftModelProposer& p = *item.proposer;
+      int next = -1;
+      if (!on_device) {
+        next = p.Draw(logits.data_ptr<float>() + r * V, i, item.max_k, item.out);
+      } else if (drawn[r] >= 0) {
+        if (!p.sampling_.greedy()) p.device_rows_.push_back(q.select(0, r));
+        next = p.Keep(static_cast<int>(drawn[r]), i, item.max_k, item.out);
+      }
       if (next < 0) continue;
       ForwardInput in;
       in.cache = &item.proposer->cache_;
@@ -257,7 +283,7 @@ void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items) {
     active = std::move(next_active);
     if (active.empty()) break;
     t0 = Clock::now();
-    logits = DraftLogits(*draft, inputs);
+    logits = DraftLogits(*draft, inputs, on_device);
     dt = std::chrono::duration<double>(Clock::now() - t0).count();
     for (size_t j : active) {
       seconds[j] += dt / active.size();
@@ -265,6 +291,11 @@ void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items) {
     }
   }
   for (size_t j = 0; j < n; ++j) {
+    DraftModelProposer& p = *chains[j]->proposer;
+    if (!p.device_rows_.empty()) {
+      p.device_probs_ = at::stack(p.device_rows_);
+      p.device_rows_.clear();
+    }
     const int drafted = chains[j]->out->tokens.size();
     chains[j]->proposer->last_seconds_ =
         forwards[j] > 0 ? seconds[j] * drafted / forwards[j] : (drafted > 0 ? -1.0 : 0.0);

@@ -63,13 +63,23 @@ class DraftModelProposer : public Proposer {
   // last_propose_seconds() and last_catch_up() get its share of the forwards (split by rows).
   // Tree proposers run their own Propose(). REQUIRES: every chain proposer has the same
   // draft model.
+  //
+  // `on_device` (DecodeStep's device path, device_chain_verify.h): each drafted position of the
+  // chains is drawn where the draft's logits are, never copied to the host (device_draw.h):
+  // one copy of the chains' tokens back per forward. A sampled chain's q rows stay there
+  // (device_probs()) and its DraftBlock::probs is left empty. The tokens are the host path's
+  // with the same streams, up to float rounding at a CDF boundary or at min_confidence.
   struct BatchItem {
     DraftModelProposer* proposer;
     const std::vector<int>* context;
     int max_k;
     DraftBlock* out;
   };
-  static void ProposeBatch(const std::vector<BatchItem>& items);
+  static void ProposeBatch(const std::vector<BatchItem>& items, bool on_device = false);
+
+  // The last block's q rows, [k, V] float32 on the draft's device, where ProposeBatch drew a
+  // sampled chain on the device; else undefined (q is in DraftBlock::probs, or greedy).
+  const at::Tensor& device_probs() const { return device_probs_; }
 
   // Draft trees instead of chains: children per node at each depth (e.g. {3, 2, 1, 1}); empty
   // for chains. Verification needs a tree-aware verifier (SpeculativeDecoder handles both).
@@ -90,6 +100,9 @@ class DraftModelProposer : public Proposer {
   // Draws draft token i of a chain of at most max_k from the logits row `row` into `out`.
   // Returns the token to feed for the next position, or -1 when the block ends here.
   int Draw(const float* row, int i, int max_k, DraftBlock* out);
+  // Appends the drawn draft token i to `out`; returns it when the next position is to be
+  // drafted (it is fed), -1 when the block ends with it.
+  int Keep(int token, int i, int max_k, DraftBlock* out);
   // Starts a block: clears `out` and the last block's timings.
   void Begin(DraftBlock* out);
   // An empty cache starts from the pool's cached blocks of context[0, limit).
@@ -119,6 +132,8 @@ class DraftModelProposer : public Proposer {
   KVCache cache_;
   std::vector<int> cached_;  // the tokens in cache_, in order
   std::vector<float> scratch_;
+  at::Tensor device_probs_;              // see device_probs()
+  std::vector<at::Tensor> device_rows_;  // its rows while ProposeBatch draws them
   double last_seconds_ = 0.0;
   CatchUp last_catch_up_;
 };

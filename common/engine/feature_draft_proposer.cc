@@ -6,6 +6,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include "common/base/clock.h"
+#include "common/engine/device_draw.h"
 
 namespace specloop {
 
@@ -89,7 +90,7 @@ void FeatureDraftProposer::Propose(const std::vector<int>& context, int max_k, D
   ProposeBatch({{this, &context, max_k, out}});
 }
 
-void FeatureDraftProposer::ProposeBatch(const std::vector<BatchItem>& items) {
+void FeatureDraftProposer::ProposeBatch(const std::vector<BatchItem>& items, bool on_device) {
   c10::InferenceMode guard;
   // The chains that can draft: features up to the position before the pending token.
   std::vector<const BatchItem*> chains;
@@ -97,6 +98,8 @@ void FeatureDraftProposer::ProposeBatch(const std::vector<BatchItem>& items) {
   for (const BatchItem& item : items) {
     FeatureDraftProposer& p = *item.proposer;
     item.out->Clear();
+    p.device_probs_ = at::Tensor();
+    p.device_rows_.clear();
     p.last_seconds_ = 0.0;
     p.last_catch_up_ = CatchUp();
     p.cache_.length = p.fed_;  // the last block's drafts leave the head's cache
@@ -116,8 +119,13 @@ void FeatureDraftProposer::ProposeBatch(const std::vector<BatchItem>& items) {
   }
   if (chains.empty()) return;
   const Eagle3Head& head = *chains.front()->proposer->head_;
-  const int Vd = head.draft_vocab_size();
+  const int Vd = head.draft_vocab_size(), V = head.config().layer.vocab_size;
   const size_t n = chains.size();
+  // The head's logits where drafting reads them: on the host, or where the forward left them.
+  auto logits_of = [&](const at::Tensor& logits) {
+    return on_device ? logits : logits.to(at::kCPU).contiguous();
+  };
+  at::Tensor target_ids;  // on the device, where the draft vocabulary is smaller: its target ids
   std::vector<double> seconds(n, 0.0);
   std::vector<int> forwards(n, 0);
 
@@ -127,7 +135,7 @@ void FeatureDraftProposer::ProposeBatch(const std::vector<BatchItem>& items) {
   for (size_t j = 0; j < n; ++j) total_fed += fed[j] = inputs[j].tokens.size();
   auto t0 = Clock::now();
   at::Tensor hidden;
-  at::Tensor logits = head.Forward(inputs, &hidden).to(at::kCPU).contiguous();
+  at::Tensor logits = logits_of(head.Forward(inputs, &hidden));
   double dt = SecondsSince(t0);
   for (size_t j = 0; j < n; ++j) {
     FeatureDraftProposer& p = *chains[j]->proposer;
@@ -151,10 +159,34 @@ void FeatureDraftProposer::ProposeBatch(const std::vector<BatchItem>& items) {
   for (int i = 0; !active.empty(); ++i) {
     std::vector<size_t> next_active;
     inputs.clear();
+    std::vector<int64_t> drawn;  // on the device: the rows' draft ids
+    at::Tensor q;                // ... and their q over the target's vocabulary
+    if (on_device) {
+      std::vector<DrawRow> rows;
+      for (size_t j : active) {
+        FeatureDraftProposer& p = *chains[j]->proposer;
+        rows.push_back({p.sampling_, p.min_confidence_, &p.rng_});
+      }
+      drawn = DrawOnDevice(logits, rows, &q);
+      if (q.defined() && Vd < V) {  // q over the target's vocabulary, zero elsewhere
+        if (!target_ids.defined()) {
+          const std::vector<int>& ids = head.draft_to_target();
+          target_ids = at::tensor(std::vector<int64_t>(ids.begin(), ids.end())).to(q.device());
+        }
+        q = at::zeros({q.size(0), V}, q.options()).index_copy_(1, target_ids, q);
+      }
+    }
     for (size_t r = 0; r < active.size(); ++r) {
       const BatchItem& item = *chains[active[r]];
       FeatureDraftProposer& p = *item.proposer;
-      const int token = p.Draw(logits.data_ptr<float>() + r * Vd, item.out);
+      int token = -1;
+      if (!on_device) {
+        token = p.Draw(logits.data_ptr<float>() + r * Vd, item.out);
+      } else if (drawn[r] >= 0) {
+        token = p.head_->ToTarget(static_cast<int>(drawn[r]));
+        item.out->tokens.push_back(token);
+        if (!p.sampling_.greedy()) p.device_rows_.push_back(q.select(0, r));
+      }
       // The last token of a block is never fed: its q is all verification needs.
       if (token < 0 || i + 1 == item.max_k) continue;
       Eagle3Head::Input in;
@@ -167,7 +199,7 @@ void FeatureDraftProposer::ProposeBatch(const std::vector<BatchItem>& items) {
     active = std::move(next_active);
     if (active.empty()) break;
     t0 = Clock::now();
-    logits = head.Forward(inputs, &hidden).to(at::kCPU).contiguous();
+    logits = logits_of(head.Forward(inputs, &hidden));
     dt = SecondsSince(t0);
     for (size_t j : active) {
       seconds[j] += dt / active.size();
@@ -176,6 +208,10 @@ void FeatureDraftProposer::ProposeBatch(const std::vector<BatchItem>& items) {
   }
   for (size_t j = 0; j < n; ++j) {
     FeatureDraftProposer& p = *chains[j]->proposer;
+    if (!p.device_rows_.empty()) {
+      p.device_probs_ = at::stack(p.device_rows_);
+      p.device_rows_.clear();
+    }
     const int drafted = chains[j]->out->tokens.size();
     p.last_block_ = drafted;
     p.last_seconds_ = forwards[j] > 0 ? seconds[j] * drafted / forwards[j]

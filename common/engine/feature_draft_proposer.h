@@ -53,14 +53,20 @@ class FeatureDraftProposer : public Proposer {
 
   // One Propose() for each of several sequences, their head forwards batched: the first runs
   // every sequence's new positions, then each drafted position of the chains still drafting.
-  // REQUIRES: every proposer has the same head.
+  // REQUIRES: every proposer has the same head. `on_device`: the drafted positions are drawn
+  // where the head's logits are (device_draw.h), as DraftModelProposer::ProposeBatch's; a
+  // sampled chain's q rows (over the target's vocabulary) stay there, device_probs().
   struct BatchItem {
     FeatureDraftProposer* proposer;
     const std::vector<int>* context;
     int max_k;
     DraftBlock* out;
   };
-  static void ProposeBatch(const std::vector<BatchItem>& items);
+  static void ProposeBatch(const std::vector<BatchItem>& items, bool on_device = false);
+
+  // The last block's q rows, [k, vocab] float32 on the head's device, where ProposeBatch drew a
+  // sampled chain on the device; else undefined (q is in DraftBlock::probs, or greedy).
+  const at::Tensor& device_probs() const { return device_probs_; }
 
  private:
   // Draws draft token i of at most max_k from the head's logits row (draft vocabulary) into
@@ -79,6 +85,8 @@ class FeatureDraftProposer : public Proposer {
   at::Tensor pending_;  // features of positions next_position(), ... not yet run
   int last_block_ = 0;  // tokens drafted by the last block
   std::vector<float> scratch_;
+  at::Tensor device_probs_;              // see device_probs()
+  std::vector<at::Tensor> device_rows_;  // its rows while ProposeBatch draws them
   double last_seconds_ = 0.0;
   CatchUp last_catch_up_;
 };

@@ -33,5 +33,11 @@ Status ProcessedProbsTensor(const at::Tensor& logits, const std::vector<Sampling
 //   scores: [..., V] floating; returns [...] int64 on its device
 at::Tensor ArgmaxLowestId(const at::Tensor& scores);
 
+// common/base/sampling.h's SampleFrom per row: the first x whose cumulative mass exceeds
+// u * total, the last positive entry where rounding leaves none; sums in float64. Equal to the
+// host's draw at the same uniform except within float64 rounding of a CDF boundary.
+//   dist: [B, V] non-negative; u: [B] float64 in [0, 1), same device; returns [B] int64
+at::Tensor InverseCdfTensor(const at::Tensor& dist, const at::Tensor& u);
+
 }  // namespace spec
 }  // namespace specloop

@@ -73,19 +73,6 @@ at::Tensor Drafted(const at::Tensor& counts, int64_t K) {
   return at::arange(K, counts.options()).unsqueeze(0) < counts.unsqueeze(1);
 }
 
-// Inverse CDF per row: the first x whose cumulative mass exceeds u * total (as SampleIndex),
-// the last positive entry where rounding leaves none. Sums in float64.
-//   dist: [B, V] non-negative; u: [B] float64 in [0, 1); returns [B] int64
-at::Tensor InverseCdf(const at::Tensor& dist, const at::Tensor& u) {
-  const int64_t V = dist.size(1);
-  const at::Tensor cum = dist.to(at::kDouble).cumsum(1);
-  const at::Tensor target = (u * cum.select(1, V - 1)).unsqueeze(1);
-  const at::Tensor below = (cum <= target).sum(1);
-  const at::Tensor ids = at::arange(V, dist.options().dtype(at::kLong)).unsqueeze(0);
-  const at::Tensor last = at::where(dist > 0, ids, at::full_like(ids, -1)).amax(1);
-  return at::minimum(below, last).clamp_min(0);
-}
-
 // [B, R] bool: row has a negative or non-finite entry or no positive mass; *sums: [B, R].
 at::Tensor BadRows(const at::Tensor& rows, at::Tensor* sums) {
   *sums = rows.sum(2);
@@ -173,7 +160,7 @@ Status VerifyChainTensors(const at::Tensor& target_probs, const at::Tensor& draf
     dist = at::where(use.unsqueeze(1), residual, p_f);
   }
   const at::Tensor u_at = at::where(rejected, accepted + 1, n).unsqueeze(1);
-  const at::Tensor last = InverseCdf(dist, u.gather(1, u_at).squeeze(1));  // [B]
+  const at::Tensor last = InverseCdfTensor(dist, u.gather(1, u_at).squeeze(1));  // [B]
   // Target rows read: 0..f.
   invalid = invalid | (p_bad & (pos.unsqueeze(0) <= accepted.unsqueeze(1))).any(1);
 

@@ -2,8 +2,8 @@
 // batched tensor call, device_chain_verify.h, then SpeculativeDecoder::CommitOutcome) against
 // its host path (SpeculativeDecoder::Commit), forced on the CPU: target-6m with draft-mix-1m,
 // batches of 1 / 4 / 16, greedy and T 0.8 with top-p 0.9, mixed blocks per sequence (plain
-// k = 0, draft-model chains of 2 and 5, prompt-lookup blocks as a kProposer, EAGLE-3 head chains
-// reading the target's features). With the same seeds both arms must emit the same tokens and
+// k = 0, draft-model chains of 2 and 5, prompt-lookup blocks as a kProposer, EAGLE-3 head
+// chains reading the target's features; the two drafts' chains drawn on the device too). With the same seeds both arms must emit the same tokens and
 // the same stats (alpha* within float rounding). Greedy must match always; sampled steps may
 // differ only where a uniform falls within float32 rounding (~1e-7 relative) of an acceptance
 // ratio or a CDF boundary, expected ~1e-7 per uniform: over the ~2,000 uniforms here none is
@@ -44,6 +44,7 @@ namespace {
 struct Models {
   std::unique_ptr<LlamaModel> target, draft;
   std::unique_ptr<Eagle3Head> head;  // null on CUDA (never run there yet): kHead drafts with `draft`
+  std::unique_ptr<Eagle3Head> small_head;  // a draft vocabulary of 1024 of the 4096 ids (CPU)
   std::vector<std::vector<int>> prompts;  // 4 per domain, at most 48 tokens, BOS first
 };
 
@@ -60,6 +61,9 @@ Models* LoadModels(bool cuda) {
     Status s = LlamaModel::Load(dir + "target-6m", o, &out->target);
     if (s.ok()) s = LlamaModel::Load(dir + "draft-mix-1m", o, &out->draft);
     if (s.ok() && !cuda) s = Eagle3Head::InitFromTarget(*out->target, {}, &out->head);
+    Eagle3Head::InitOptions small;
+    small.draft_vocab_size = 1024;
+    if (s.ok() && !cuda) s = Eagle3Head::InitFromTarget(*out->target, small, &out->small_head);
     std::unique_ptr<Tokenizer> tok;
     if (s.ok()) s = Tokenizer::Load(dir + "target-6m", &tok);
     if (!s.ok()) throw std::runtime_error(s.ToString());
@@ -120,6 +124,10 @@ struct Arm {
   // spec::TopKLogProbs of on_commit's CPU rows.
   std::vector<std::vector<spec::TopKTensors>> logged;
   int64_t device_top_k_steps = 0;  // steps whose top-K came in logged_top_k (rows undefined)
+  // Sampled draft-model chains whose q stayed on the device (DraftModelProposer::device_probs;
+  // DraftBlock::probs empty).
+  int64_t device_drawn_blocks = 0;
+  int64_t device_drawn_head_blocks = 0;  // of them, the EAGLE-3 head's
 };
 
 // What on_commit hands the replay log for this step: logged_top_k (rows undefined), or the
@@ -141,9 +149,10 @@ spec::TopKTensors LoggedTopK(const DecodeSlot& done, const at::Tensor& rows, int
 
 // Decodes `batch` sequences (seeds 1000 + round * batch + b) to 40 tokens in lockstep, every step
 // verified where `place` says. `bad` (>= 0): that sequence drafts with BadProbsProposer.
+// `small_head`: the head chains draft from Models::small_head.
 Arm Decode(int batch, const SamplingParams& base, VerifyPlace place,
            ChainTensorVerifier verifier = nullptr, int bad = -1, bool cuda = false,
-           int round = 0, int log_top_k = 0) {
+           int round = 0, int log_top_k = 0, bool small_head = false) {
   c10::InferenceMode guard;
   const Models& m = Fixture(cuda);
   const int V = m.target->config().vocab_size;
@@ -164,7 +173,8 @@ Arm Decode(int batch, const SamplingParams& base, VerifyPlace place,
                         ? std::make_unique<PromptLookupProposer>(V, base.greedy())
                         : std::make_unique<PromptLookupProposer>(V, base.greedy(), 1, 3);
     } else if (d == Drafter::kHead && m.head != nullptr) {
-      auto p = std::make_unique<FeatureDraftProposer>(m.head.get(), drafting);
+      auto p = std::make_unique<FeatureDraftProposer>(
+          small_head ? m.small_head.get() : m.head.get(), drafting);
       s->slot.feature_proposer = p.get();
       s->proposer = std::move(p);
     } else {  // a draft model's chains (also kHead's where there is no head)
@@ -217,6 +227,14 @@ Arm Decode(int batch, const SamplingParams& base, VerifyPlace place,
       const int b = which[i];
       const SpeculativeDecoder& d = *seqs[b]->decoder;
       ++arm.sequence_steps;
+      const DecodeSlot& slot = *slots[i];
+      if ((slot.kind == BlockKind::kDraftModel && slot.draft_proposer->device_probs().defined()) ||
+          (slot.kind == BlockKind::kFeatureDraft &&
+           slot.feature_proposer->device_probs().defined())) {
+        EXPECT_TRUE(d.draft().probs.empty());
+        ++arm.device_drawn_blocks;
+        if (slot.kind == BlockKind::kFeatureDraft) ++arm.device_drawn_head_blocks;
+      }
       if (!slots[i]->error.empty()) {
         arm.errors[b] = slots[i]->error;
         done[b] = true;
@@ -284,6 +302,15 @@ TEST(DecodeStepDeviceVerify, SameTokensAndStatsAsTheHostPath) {
         ASSERT_EQ(device.errors[b], "") << what << " " << b;
       }
       EXPECT_EQ(Differences(host, device, what), 0) << what;
+      // Sampled draft-model chains were drawn on the device (their q never left it; batch 1's
+      // one sequence drafts by prompt lookup).
+      EXPECT_EQ(host.device_drawn_blocks, 0) << what;
+      if (!greedy && batch > 1) {
+        EXPECT_GT(device.device_drawn_blocks, 0) << what;
+      }
+      if (!greedy && batch == 16) {
+        EXPECT_GT(device.device_drawn_head_blocks, 0) << what;
+      }
       steps += device.sequence_steps;
       uniforms += device.uniforms;
       // Every kind of block verified something (batch 16 holds each drafter 3 times or more).
@@ -306,6 +333,24 @@ TEST(DecodeStepDeviceVerify, SameTokensAndStatsAsTheHostPath) {
   std::cout << "compared " << steps << " sequence-steps (" << uniforms
             << " sampled uniforms): no difference allowed\n";
   EXPECT_GT(steps, 1000);
+}
+
+// A head whose draft vocabulary is a quarter of the target's: drawn on the device, its q rows
+// are scattered over the target's vocabulary (zero elsewhere) as the host's are.
+TEST(DecodeStepDeviceVerify, AHeadWithASmallerVocabularyDrawsAsOnTheHost) {
+  const Arm host = Decode(16, Sampled(), VerifyPlace::kHost, nullptr, -1, false, 0, 0, true);
+  const Arm device = Decode(16, Sampled(), VerifyPlace::kDevice, nullptr, -1, false, 0, 0, true);
+  for (int b = 0; b < 16; ++b) {
+    ASSERT_EQ(host.errors[b], "") << b;
+    ASSERT_EQ(device.errors[b], "") << b;
+  }
+  EXPECT_EQ(Differences(host, device, "small head"), 0);
+  EXPECT_GT(device.device_drawn_head_blocks, 0);
+  int64_t head_drafted = 0;
+  for (int b = 0; b < 16; ++b) {
+    if (DrafterOf(b) == Drafter::kHead) head_drafted += device.stats[b].drafted;
+  }
+  EXPECT_GT(head_drafted, 0);
 }
 
 // Logging's top-K on the device: every chain step's verified rows travel as [k + 1, K] values
@@ -355,6 +400,115 @@ TEST(DecodeStepDeviceVerify, LoggedTopKOnTheDeviceIsTheRowsTopK) { ExpectLoggedT
 TEST(DecodeStepDeviceVerify, LoggedTopKOnTheDeviceIsTheRowsTopKOnCuda) {
   if (!testing::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
   ExpectLoggedTopKAsTheRows(true);
+}
+
+// DraftModelProposer::ProposeBatch drawing on the device (on the CPU here) against its host
+// draws: six chains of draft-mix-1m over 8 rounds of blocks of 5, each round's context the last
+// one's with the host's first two drafts and a token of its own (rollback), greedy and sampled
+// (top-p, top-k, temperature alone), with and without the early stop. With the same seeds the blocks must be the same tokens and
+// the device's q rows the host's within 1e-6 (float32 exp rounding); the streams advance alike,
+// or later blocks would differ (a device arm seeded one off shows that the comparison sees it).
+// On CUDA (scripts/gpu/run.sh) q within 1e-5.
+struct DraftArm {
+  std::vector<std::unique_ptr<DraftModelProposer>> proposers;
+  std::vector<DraftBlock> blocks;
+};
+
+DraftArm NewDraftArm(const LlamaModel* draft, const SamplingParams& sampling,
+                     float min_confidence, uint64_t seed) {
+  DraftArm arm;
+  for (int j = 0; j < 6; ++j) {
+    SamplingParams s = sampling;
+    s.seed = seed + j;
+    arm.proposers.push_back(
+        std::make_unique<DraftModelProposer>(draft, s, min_confidence));
+  }
+  arm.blocks.resize(6);
+  return arm;
+}
+
+void ProposeAll(DraftArm* arm, const std::vector<std::vector<int>>& contexts, bool on_device) {
+  std::vector<DraftModelProposer::BatchItem> items;
+  for (size_t j = 0; j < arm->proposers.size(); ++j) {
+    items.push_back({arm->proposers[j].get(), &contexts[j], 5, &arm->blocks[j]});
+  }
+  DraftModelProposer::ProposeBatch(items, on_device);
+}
+
+// Blocks that differ between the host arm and a device arm over the rounds (q checked too).
+// On CUDA both arms' forwards run there; the host arm copies the logits to draw.
+int DraftDifferences(const SamplingParams& sampling, float min_confidence, uint64_t device_seed,
+                     int64_t* drafted, bool cuda = false) {
+  c10::InferenceMode guard;
+  const Models& m = Fixture(cuda);
+  const int V = m.draft->config().vocab_size;
+  DraftArm host = NewDraftArm(m.draft.get(), sampling, min_confidence, 500);
+  DraftArm device = NewDraftArm(m.draft.get(), sampling, min_confidence, device_seed);
+  std::vector<std::vector<int>> contexts;
+  for (int j = 0; j < 6; ++j) contexts.push_back(m.prompts[j * 2]);
+  int differ = 0;
+  for (int round = 0; round < 8; ++round) {
+    ProposeAll(&host, contexts, false);
+    ProposeAll(&device, contexts, true);
+    for (int j = 0; j < 6; ++j) {
+      const DraftBlock& h = host.blocks[j];
+      const DraftBlock& d = device.blocks[j];
+      const at::Tensor& q = device.proposers[j]->device_probs();
+      EXPECT_FALSE(host.proposers[j]->device_probs().defined());
+      EXPECT_TRUE(d.probs.empty());
+      *drafted += h.tokens.size();
+      if (h.tokens != d.tokens) {
+        ++differ;
+      } else if (!sampling.greedy() && !h.tokens.empty()) {
+        const int64_t k = h.tokens.size();
+        EXPECT_TRUE(q.defined() && q.dim() == 2 && q.size(0) == k && q.size(1) == V);
+        EXPECT_EQ(q.device().is_cuda(), cuda);
+        const at::Tensor want = at::from_blob(const_cast<float*>(h.probs.data()), {k, V});
+        EXPECT_LE((q.cpu() - want).abs().max().item<float>(), cuda ? 1e-5f : 1e-6f)
+            << "round " << round;
+      } else {
+        EXPECT_FALSE(q.defined());  // greedy, or nothing drawn: no q kept
+      }
+      // The next context: the host's first two drafts, then a token of its own.
+      for (size_t i = 0; i < std::min<size_t>(2, h.tokens.size()); ++i) {
+        contexts[j].push_back(h.tokens[i]);
+      }
+      contexts[j].push_back((round * 7 + j * 13) % V);
+    }
+  }
+  return differ;
+}
+
+void ExpectDrawsAsTheHost(bool cuda) {
+  SamplingParams top_k = Sampled();
+  top_k.temperature = 1.0f;
+  top_k.top_p = 1.0f;
+  top_k.top_k = 20;
+  SamplingParams uncut = top_k;  // temperature alone: no row sorts
+  uncut.top_k = 0;
+  for (const SamplingParams& s : {Greedy(), Sampled(), top_k, uncut}) {
+    for (const float min_confidence : {0.0f, 0.3f}) {
+      int64_t drafted = 0;
+      EXPECT_EQ(DraftDifferences(s, min_confidence, 500, &drafted, cuda), 0)
+          << "T " << s.temperature << " min_confidence " << min_confidence;
+      // The early stop cut blocks short where it was on (48 blocks of at most 5).
+      if (min_confidence > 0) {
+        EXPECT_LT(drafted, 48 * 5);
+      } else {
+        EXPECT_EQ(drafted, 48 * 5);
+      }
+    }
+  }
+  // The comparison's power: the device arm's streams one seed off.
+  int64_t drafted = 0;
+  EXPECT_GT(DraftDifferences(Sampled(), 0.0f, 501, &drafted, cuda), 20);
+}
+
+TEST(DraftModelProposerOnDevice, DrawsWhatTheHostDraws) { ExpectDrawsAsTheHost(false); }
+
+TEST(DraftModelProposerOnDevice, DrawsWhatTheHostDrawsOnCuda) {
+  if (!testing::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  ExpectDrawsAsTheHost(true);
 }
 
 // Off by one uniform: position i tests with u_{i+1} (the recovered token's draw).
@@ -408,19 +562,26 @@ TEST(DeviceChainVerify, MalformedChainsFailAlone) {
   tree.parents = {-1, -1};
   tree.probs.assign(3 * V, 1.0f / V);
   greedy_block.tokens = {2, 4};
+  // Drawn on the device: q in draft_probs, DraftBlock::probs empty.
+  DraftBlock on_device;
+  on_device.tokens = {5};
+  const at::Tensor device_q = at::softmax(at::randn({1, V}), 1);
   std::vector<DeviceChain> chains = {
-      {0, &good, sampled, Rng(11)},         // fine
-      {2, &short_probs, sampled, Rng(12)},  // q not [k, V]
-      {4, &tree, sampled, Rng(13)},         // a tree
-      {11, &good, sampled, Rng(14)},        // rows 11-12 of 12
-      {6, &greedy_block, Greedy(), Rng(15)},  // fine (greedy)
-      {9, &good, sampled, Rng(16)},         // fine
+      {0, &good, sampled, Rng(11), {}},                   // fine
+      {2, &short_probs, sampled, Rng(12), {}},            // q not [k, V]
+      {4, &tree, sampled, Rng(13), {}},                   // a tree
+      {11, &good, sampled, Rng(14), {}},                  // rows 11-12 of 12
+      {6, &greedy_block, Greedy(), Rng(15), {}},          // fine (greedy)
+      {9, &good, sampled, Rng(16), {}},                   // fine
+      {2, &on_device, sampled, Rng(17), device_q},        // fine
+      {4, &on_device, sampled, Rng(18), at::ones({2, V})},  // device q not [k, V]
   };
   std::vector<DeviceChainResult> results;
   ASSERT_TRUE(VerifyChainsOnDevice(logits, chains, &results).ok());
   ASSERT_EQ(results.size(), chains.size());
-  for (int i : {1, 2, 3}) EXPECT_TRUE(results[i].status.IsInvalidArgument()) << i;
-  for (int i : {0, 4, 5}) {
+  for (int i : {1, 2, 3, 7}) EXPECT_TRUE(results[i].status.IsInvalidArgument()) << i;
+  std::vector<float> device_q_host(device_q.data_ptr<float>(), device_q.data_ptr<float>() + V);
+  for (int i : {0, 4, 5, 6}) {
     ASSERT_TRUE(results[i].status.ok()) << i << " " << results[i].status.ToString();
     const DeviceChain& c = chains[i];
     const int k = c.draft->tokens.size();
@@ -432,11 +593,11 @@ TEST(DeviceChainVerify, MalformedChainsFailAlone) {
     }
     spec::ChainOutcome host;
     Rng rng = c.rng;
+    const float* q = c.draft_probs.defined() ? device_q_host.data() : c.draft->probs.data();
     const Status s =
         c.sampling.greedy()
             ? spec::VerifyChainGreedy(k, V, c.draft->tokens.data(), rows.data_ptr<float>(), &host)
-            : spec::VerifyChain(k, V, c.draft->tokens.data(), c.draft->probs.data(), p.data(),
-                                &rng, &host);
+            : spec::VerifyChain(k, V, c.draft->tokens.data(), q, p.data(), &rng, &host);
     ASSERT_TRUE(s.ok());
     EXPECT_EQ(results[i].outcome.num_accepted, host.num_accepted) << i;
     EXPECT_EQ(results[i].outcome.tokens, host.tokens) << i;
@@ -444,8 +605,7 @@ TEST(DeviceChainVerify, MalformedChainsFailAlone) {
     double optimal = 0;
     for (int r = 0; r < tested; ++r) {
       optimal += c.sampling.greedy() ? (r < host.num_accepted ? 1.0 : 0.0)
-                                     : spec::AcceptanceRate(p.data() + r * V,
-                                                            c.draft->probs.data() + r * V, V);
+                                     : spec::AcceptanceRate(p.data() + r * V, q + r * V, V);
     }
     EXPECT_NEAR(results[i].optimal, optimal, 1e-6) << i;
   }
