@@ -82,14 +82,22 @@ Status VerifySampled(const at::Tensor& logits, const std::vector<DeviceChain>& c
   for (Rng& r : streams) rngs.push_back(&r);
   at::Tensor p;
   SPECLOOP_RETURN_IF_ERROR(spec::ProcessedProbsTensor(Rows(logits, index, K), params, &p));
-  // q: the host rows in one upload, then the rows drawn on the device in place.
-  at::Tensor q_host = at::zeros({B, K, V}, at::kFloat);
-  float* q = q_host.data_ptr<float>();
-  for (int64_t b = 0; b < B; ++b) {
-    const std::vector<float>& probs = chains[g[b]].draft->probs;
-    std::memcpy(q + b * K * V, probs.data(), probs.size() * sizeof(float));
+  // q: the host rows in one upload (none where every chain's q is on the device already), then
+  // the rows drawn on the device in place.
+  bool host_rows = false;
+  for (size_t i : g) host_rows = host_rows || !chains[i].draft->probs.empty();
+  at::Tensor q_dev;
+  if (!host_rows) {
+    q_dev = at::zeros({B, K, V}, logits.options().dtype(at::kFloat));
+  } else {
+    at::Tensor q_host = at::zeros({B, K, V}, at::kFloat);
+    float* q = q_host.data_ptr<float>();
+    for (int64_t b = 0; b < B; ++b) {
+      const std::vector<float>& probs = chains[g[b]].draft->probs;
+      std::memcpy(q + b * K * V, probs.data(), probs.size() * sizeof(float));
+    }
+    q_dev = q_host.to(logits.device());
   }
-  const at::Tensor q_dev = q_host.to(logits.device());
   for (int64_t b = 0; b < B; ++b) {
     const at::Tensor& rows = chains[g[b]].draft_probs;
     if (rows.defined()) q_dev.select(0, b).narrow(0, 0, rows.size(0)).copy_(rows);
