@@ -19,8 +19,12 @@
 // Also widened_equals_source: the share of prompts whose batch-1 greedy output equals
 // target-6m's (float32 on the CPU), and batch_rows_equal_batch1 (information: 16-bit rounding
 // may move a near tie; neither fails the run).
-// CUDA graphs: the engine builds none yet (issue 48 item 3); --no-cuda-graphs is accepted and
-// the output says that no graphs were built.
+// CUDA graphs: the caches lie in bounded pools kept across the run, as a server's, so that the
+// engine's decode-shaped forwards replay CUDA graphs (LlamaModel::Forward). On CUDA steps 3 and
+// 4 run twice, with graphs (the default) and with a second copy of the models loaded without
+// (--no-cuda-graphs: that arm alone), each arm's figures tagged cuda_graphs true / false, and
+// cuda_graph_speedup is plain batch-1 tokens/s with graphs over without; cuda_graph_captures,
+// cuda_graph_forwards and cuda_graph_capture_failures count the graph arm's target and draft.
 // Prints JSON lines {"name", "params", "value", "unit"} (bench_util.h); progress on stderr.
 // Usage: gpu_bench [--device cuda|cuda:N|cpu] [--widen W] [--dtype float16|float32]
 //                  [--tokens N] [--prompts N] [--batch B] [--reps R] [--threads N]
@@ -41,6 +45,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -194,13 +199,15 @@ std::vector<std::vector<int>> LoadPrompts(const Options& o, const Tokenizer& tok
   return out;
 }
 
-// Greedy plain decoding of all `prompts` as one batch: one forward per step for every row,
+// Greedy plain decoding of all `prompts` as one batch, their caches in `pool` (a server's
+// layout: a bounded pool kept across calls): one forward per step for every row,
 // argmax on the device, one host copy of the ids per step. Returns decode-phase seconds (the
 // steps after the prefill's first token); out[i]: row i's `tokens` ids.
-double DecodeBatch(const LlamaModel& m, const std::vector<std::vector<int>>& prompts, int tokens,
+double DecodeBatch(const LlamaModel& m, const std::shared_ptr<KVBlockPool>& pool,
+                   const std::vector<std::vector<int>>& prompts, int tokens,
                    std::vector<std::vector<int>>* out) {
   std::vector<KVCache> caches;
-  for (const auto& p : prompts) caches.push_back(m.NewCache(p.size() + tokens + 1));
+  for (size_t i = 0; i < prompts.size(); ++i) caches.push_back(m.NewCache(pool));
   std::vector<ForwardInput> batch(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     batch[i].cache = &caches[i];
@@ -239,13 +246,6 @@ int main(int argc, char** argv) {
   const json run = {{"device", o.device}, {"widen", o.widen}, {"dtype", o.dtype},
                     {"tokens", o.tokens}};
 
-  // CUDA graphs: none are built by the engine yet (issue 48 item 3).
-  Emit("cuda_graphs", {{"requested", cuda && o.cuda_graphs}, {"device", o.device}}, 0, "built");
-  if (cuda) {
-    std::cerr << "gpu_bench: CUDA graphs are not built: the engine has no CUDA graph capture yet"
-              << (o.cuda_graphs ? "" : " (--no-cuda-graphs changes nothing)") << "\n";
-  }
-
   // The fixture.
   std::string dir = o.out;
   const bool temporary = dir.empty();
@@ -267,18 +267,15 @@ int main(int argc, char** argv) {
   LoadOptions load;
   load.device = o.device;
   load.dtype = o.dtype;
+  load.cuda_graphs = o.cuda_graphs;
   std::unique_ptr<LlamaModel> target, source;
   if (Status s = LlamaModel::Load(dir, load, &target); !s.ok()) Die("the fixture: " + s.ToString());
   const std::string source_dir = o.shared + "/models/target-6m";
   if (Status s = LlamaModel::Load(source_dir, LoadOptions(), &source); !s.ok()) Die(s.ToString());
   std::unique_ptr<Tokenizer> tok;
   if (Status s = Tokenizer::Load(source_dir, &tok); !s.ok()) Die(s.ToString());
-  Draft draft;
   LoadOptions draft_load = load;
   draft_load.dtype = "auto";  // a draft model's weights stay as stored (generate's --draft)
-  if (Status s = LoadDraft(o.shared + "/models/draft-mix-1m", *target, draft_load, &draft); !s.ok()) {
-    Die("draft-mix-1m: " + s.ToString());
-  }
   const double weight_bytes = StepWeightBytes(*target);
   Emit("weight_bytes_per_step", run, weight_bytes, "bytes");
 
@@ -305,6 +302,40 @@ int main(int argc, char** argv) {
   }
 
   const std::vector<std::vector<int>> prompts = LoadPrompts(o, *tok, o.prompts);
+  std::vector<std::vector<int>> rows;  // batch B: the prompts cycled to B rows
+  const std::vector<std::vector<int>> batch_prompts = LoadPrompts(o, *tok, o.batch);
+  for (int i = 0; i < o.batch; ++i) rows.push_back(batch_prompts[i % batch_prompts.size()]);
+  // Pools for B sequences of a prompt (at most 257 tokens), `tokens` more and a block's slack.
+  const int64_t pool_blocks = o.batch * KVBlockPool::BlocksFor(257 + o.tokens + 32) + 4;
+
+  // One arm: the target and draft (loaded with or without CUDA graphs), their pools.
+  struct Arm {
+    bool graphs = false;
+    std::unique_ptr<LlamaModel> target;
+    Draft draft;
+    std::shared_ptr<KVBlockPool> target_pool, draft_pool;
+  };
+  std::vector<Arm> arms;
+  arms.emplace_back();
+  arms[0].graphs = cuda && o.cuda_graphs;
+  arms[0].target = std::move(target);
+  if (arms[0].graphs) {  // the same models without graphs
+    arms.emplace_back();
+    LoadOptions eager = load;
+    eager.cuda_graphs = false;
+    if (Status s = LlamaModel::Load(dir, eager, &arms[1].target); !s.ok()) Die(s.ToString());
+  }
+  for (Arm& a : arms) {
+    LoadOptions d = draft_load;
+    d.cuda_graphs = a.graphs;
+    const std::string draft_dir = o.shared + "/models/draft-mix-1m";
+    if (Status s = LoadDraft(draft_dir, *a.target, d, &a.draft); !s.ok()) {
+      Die("draft-mix-1m: " + s.ToString());
+    }
+    a.target_pool = a.target->NewBlockPool(pool_blocks, /*prefix_caching=*/false);
+    a.draft_pool = a.draft.model->NewBlockPool(pool_blocks, /*prefix_caching=*/false);
+  }
+
   GenerateOptions gen;
   gen.max_tokens = o.tokens;
   gen.sampling.temperature = 0.0f;
@@ -314,96 +345,133 @@ int main(int argc, char** argv) {
   std::vector<std::vector<int>> reference(prompts.size());
   int same_as_source = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    reference[i] = GeneratePlain(*target, prompts[i], gen).tokens;  // also warms the device up
+    GenerateOptions g = gen;
+    g.pool = arms[0].target_pool;
+    reference[i] = GeneratePlain(*arms[0].target, prompts[i], g).tokens;  // also warms up
     same_as_source += GeneratePlain(*source, prompts[i], gen).tokens == reference[i];
   }
   Emit("widened_equals_source", run, double(same_as_source) / prompts.size(), "share");
 
-  // Speculative decoding at k auto: one policy over calibrated costs, warmed up on the prompts.
-  SpeculationPolicy policy;
-  StepCostTable costs;
-  CalibrationOptions calibration;
-  calibration.sampling = gen.sampling;
-  CalibrateStepCosts(*target, draft.model.get(), policy.options().k_max, &costs, calibration);
-  SpeculativeOptions spec;
-  spec.generate = gen;
-  spec.policy = &policy;
-  spec.costs = &costs;
-  for (const auto& p : prompts) {
-    std::unique_ptr<Proposer> proposer = NewDraftProposer(draft, gen.sampling, 0.0f);
-    GenerateSpeculative(*target, proposer.get(), p, spec, nullptr);
-  }
+  int mismatches = 0;
+  std::vector<double> plain_medians;  // per arm, batch 1
+  for (Arm& a : arms) {
+    GenerateOptions g = gen;
+    g.pool = a.target_pool;
+    const LlamaModel& t = *a.target;
+    const auto new_proposer = [&] {
+      return NewDraftProposer(a.draft, g.sampling, 0.0f, a.draft_pool);
+    };
+    // Speculative decoding at k auto: a policy over calibrated costs, warmed up on the prompts.
+    SpeculationPolicy policy;
+    StepCostTable costs;
+    CalibrationOptions calibration;
+    calibration.sampling = g.sampling;
+    CalibrateStepCosts(t, a.draft.model.get(), policy.options().k_max, &costs, calibration);
+    SpeculativeOptions spec;
+    spec.generate = g;
+    spec.policy = &policy;
+    spec.costs = &costs;
+    for (const auto& p : prompts) {
+      std::unique_ptr<Proposer> proposer = new_proposer();
+      GenerateSpeculative(t, proposer.get(), p, spec, nullptr);
+      GeneratePlain(t, p, g);  // the plain shapes' graphs, before the timed runs
+    }
 
-  // Batch 1, plain and speculative in turn on each prompt; the order alternates by repetition.
-  std::vector<double> plain_tps, spec_tps, speedups;
-  SpeculativeStats stats;
-  int mismatches = 0, plain_changed = 0;
-  for (int rep = 0; rep < o.reps; ++rep) {
-    double plain_tokens = 0, plain_s = 0, spec_tokens = 0, spec_s = 0;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      for (int arm = 0; arm < 2; ++arm) {
-        if ((arm + rep) % 2 == 0) {
-          const GenerateResult r = GeneratePlain(*target, prompts[i], gen);
-          plain_tokens += r.tokens.size() - 1;  // the first comes from the prefill
-          plain_s += r.decode_seconds;
-          plain_changed += r.tokens != reference[i];
-        } else {
-          std::unique_ptr<Proposer> proposer = NewDraftProposer(draft, gen.sampling, 0.0f);
-          SpeculativeStats s;
-          const GenerateResult r = GenerateSpeculative(*target, proposer.get(), prompts[i], spec, &s);
-          stats.Add(s);
-          spec_tokens += r.tokens.size();  // its prefill stops before the last prompt token
-          spec_s += r.decode_seconds;
-          if (r.tokens != reference[i]) {
-            ++mismatches;
-            std::cerr << "gpu_bench: prompt " << i << ": speculative output differs from plain at token "
-                      << FirstDifference(r.tokens, reference[i]) << " of " << reference[i].size() << "\n";
+    // Batch 1, plain and speculative in turn on each prompt; the order alternates by repetition.
+    std::vector<double> plain_tps, spec_tps, speedups;
+    SpeculativeStats stats;
+    int plain_changed = 0;
+    for (int rep = 0; rep < o.reps; ++rep) {
+      double plain_tokens = 0, plain_s = 0, spec_tokens = 0, spec_s = 0;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        for (int arm = 0; arm < 2; ++arm) {
+          if ((arm + rep) % 2 == 0) {
+            const GenerateResult r = GeneratePlain(t, prompts[i], g);
+            plain_tokens += r.tokens.size() - 1;  // the first comes from the prefill
+            plain_s += r.decode_seconds;
+            plain_changed += r.tokens != reference[i];
+          } else {
+            std::unique_ptr<Proposer> proposer = new_proposer();
+            SpeculativeStats s;
+            const GenerateResult r =
+                GenerateSpeculative(t, proposer.get(), prompts[i], spec, &s);
+            stats.Add(s);
+            spec_tokens += r.tokens.size();  // its prefill stops before the last prompt token
+            spec_s += r.decode_seconds;
+            if (r.tokens != reference[i]) {
+              ++mismatches;
+              std::cerr << "gpu_bench: prompt " << i << " (cuda_graphs " << a.graphs
+                        << "): speculative output differs from plain at token "
+                        << FirstDifference(r.tokens, reference[i]) << " of "
+                        << reference[i].size() << "\n";
+            }
           }
         }
       }
+      plain_tps.push_back(plain_tokens / plain_s);
+      spec_tps.push_back(spec_tokens / spec_s);
+      speedups.push_back(spec_tps.back() / plain_tps.back());
     }
-    plain_tps.push_back(plain_tokens / plain_s);
-    spec_tps.push_back(spec_tokens / spec_s);
-    speedups.push_back(spec_tps.back() / plain_tps.back());
-  }
-  json p = run;
-  p["batch"] = 1;
-  Emit("plain_tokens_per_second", p, Median(plain_tps), "tokens/s");
-  Emit("weight_bandwidth_fraction", p, weight_bytes * Median(plain_tps) / peak, "ratio");
-  p["draft"] = "draft-mix-1m";
-  p["k"] = "auto";
-  p["cuda_graphs"] = false;
-  Emit("speculative_tokens_per_second", p, Median(spec_tps), "tokens/s");
-  Emit("speculative_speedup", p, Median(speedups), "ratio");
-  Emit("mean_acceptance_length", p, stats.mean_acceptance_length(), "tokens");
-  Emit("k_mean", p, stats.k_mean(), "tokens");
-  Emit("spec_equals_plain", p, mismatches == 0 ? 1 : 0, "bool");
-  // Information: plain greedy runs whose output differed from the first run of their prompt
-  // (a device's kernels need not be deterministic).
-  Emit("plain_runs_changed", run, plain_changed, "runs");
+    json p = run;
+    p["batch"] = 1;
+    p["cuda_graphs"] = a.graphs;
+    plain_medians.push_back(Median(plain_tps));
+    Emit("plain_tokens_per_second", p, Median(plain_tps), "tokens/s");
+    Emit("weight_bandwidth_fraction", p, weight_bytes * Median(plain_tps) / peak, "ratio");
+    p["draft"] = "draft-mix-1m";
+    p["k"] = "auto";
+    Emit("speculative_tokens_per_second", p, Median(spec_tps), "tokens/s");
+    Emit("speculative_speedup", p, Median(speedups), "ratio");
+    Emit("mean_acceptance_length", p, stats.mean_acceptance_length(), "tokens");
+    Emit("k_mean", p, stats.k_mean(), "tokens");
+    Emit("spec_equals_plain", p, mismatches == 0 ? 1 : 0, "bool");
+    // Information: plain greedy runs whose output differed from the reference run of their
+    // prompt (a device's kernels need not be deterministic).
+    json q = run;
+    q["cuda_graphs"] = a.graphs;
+    Emit("plain_runs_changed", q, plain_changed, "runs");
 
-  // Batch B: the prompts cycled to B rows, one forward per step.
-  std::vector<std::vector<int>> rows;
-  const std::vector<std::vector<int>> batch_prompts = LoadPrompts(o, *tok, o.batch);
-  for (int i = 0; i < o.batch; ++i) rows.push_back(batch_prompts[i % batch_prompts.size()]);
-  std::vector<double> batch_tps;
-  std::vector<std::vector<int>> out;
-  DecodeBatch(*target, rows, o.tokens, &out);  // untimed: the allocator's first batch
-  for (int rep = 0; rep < o.reps; ++rep) {
-    const double seconds = DecodeBatch(*target, rows, o.tokens, &out);
-    batch_tps.push_back(o.batch * (o.tokens - 1) / seconds);
+    // Batch B, one forward per step.
+    std::vector<double> batch_tps;
+    std::vector<std::vector<int>> out;
+    DecodeBatch(t, a.target_pool, rows, o.tokens, &out);  // untimed: first batch, captures
+    for (int rep = 0; rep < o.reps; ++rep) {
+      const double seconds = DecodeBatch(t, a.target_pool, rows, o.tokens, &out);
+      batch_tps.push_back(o.batch * (o.tokens - 1) / seconds);
+    }
+    int rows_equal = 0, rows_compared = 0;
+    for (size_t i = 0; i < prompts.size() && i < rows.size(); ++i) {
+      if (rows[i] != prompts[i]) continue;
+      ++rows_compared;
+      rows_equal += out[i] == reference[i];
+    }
+    p = q;
+    p["batch"] = o.batch;
+    Emit("plain_tokens_per_second", p, Median(batch_tps), "tokens/s");
+    Emit("weight_bandwidth_fraction", p, weight_bytes * Median(batch_tps) / o.batch / peak,
+         "ratio");
+    if (rows_compared > 0) {
+      Emit("batch_rows_equal_batch1", p, double(rows_equal) / rows_compared, "share");
+    }
+    if (a.graphs) {
+      for (const auto& [name, m] : {std::pair<const char*, const LlamaModel*>{"target", &t},
+                                    {"draft", a.draft.model.get()}}) {
+        const LlamaModel::StaticStats st = m->static_stats();
+        json c = {{"device", o.device}, {"model", name}};
+        Emit("cuda_graph_captures", c, st.captures, "graphs");
+        Emit("cuda_graph_forwards", c, st.forwards, "forwards");
+        Emit("cuda_graph_capture_failures", c, st.capture_failures, "captures");
+        if (st.capture_failures > 0) {
+          std::cerr << "gpu_bench: " << name
+                    << ": CUDA graph capture failed: " << st.capture_error << "\n";
+        }
+      }
+    }
   }
-  int rows_equal = 0, rows_compared = 0;
-  for (size_t i = 0; i < prompts.size() && i < rows.size(); ++i) {
-    if (rows[i] != prompts[i]) continue;
-    ++rows_compared;
-    rows_equal += out[i] == reference[i];
+  if (arms.size() == 2) {
+    Emit("cuda_graph_speedup", {{"device", o.device}, {"batch", 1}},
+         plain_medians[0] / plain_medians[1], "ratio");
   }
-  p = run;
-  p["batch"] = o.batch;
-  Emit("plain_tokens_per_second", p, Median(batch_tps), "tokens/s");
-  Emit("weight_bandwidth_fraction", p, weight_bytes * Median(batch_tps) / o.batch / peak, "ratio");
-  if (rows_compared > 0) Emit("batch_rows_equal_batch1", p, double(rows_equal) / rows_compared, "share");
 
   if (temporary) fs::remove_all(dir);
   if (mismatches > 0) {

@@ -28,7 +28,7 @@ namespace {
 struct GenerateArgs {
   std::string model, prompt, device = "cpu", dtype = "auto";
   std::string draft, k = "auto", draft_mode = "chain", tree = "2,2,1,1";
-  bool prompt_lookup = false;
+  bool prompt_lookup = false, no_cuda_graphs = false;
   float min_confidence = 0.0f;
   int max_tokens = 128, top_k = 0, threads = 0, max_model_len = 0;
   float temperature = 1.0f, top_p = 1.0f;
@@ -128,6 +128,7 @@ int RunGenerate(const GenerateArgs& a) {
   load.device = a.device;
   load.dtype = a.dtype;
   load.max_model_len = a.max_model_len;
+  load.cuda_graphs = !a.no_cuda_graphs;
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<Tokenizer> tokenizer;
   Status s = LlamaModel::Load(a.model, load, &model);
@@ -180,6 +181,11 @@ int RunGenerate(const GenerateArgs& a) {
     return 2;
   }
 
+  // On CUDA the caches lie in bounded pools sized for this request, over which decode steps
+  // replay CUDA graphs (LlamaModel::Forward; --no-cuda-graphs: eager forwards).
+  const int64_t request_blocks = KVBlockPool::BlocksFor(prompt.size() + opt.max_tokens + 32) + 1;
+  if (model->device().is_cuda()) opt.pool = model->NewBlockPool(request_blocks, false);
+
   // Speculative decoding when a draft model or prompt lookup is asked for.
   const bool speculative = !a.draft.empty() || a.prompt_lookup;
   Draft draft;
@@ -206,7 +212,11 @@ int RunGenerate(const GenerateArgs& a) {
       std::cerr << "specloop generate: --draft: " << ds.ToString() << "\n";
       return 1;
     }
-    draft_proposer = NewDraftProposer(draft, opt.sampling, a.min_confidence);
+    std::shared_ptr<KVBlockPool> draft_pool;
+    if (draft.model && model->device().is_cuda()) {
+      draft_pool = draft.model->NewBlockPool(request_blocks, false);
+    }
+    draft_proposer = NewDraftProposer(draft, opt.sampling, a.min_confidence, draft_pool);
     model_proposer = dynamic_cast<DraftModelProposer*>(draft_proposer.get());
     if (a.draft_mode == "tree") {
       std::vector<int> branching;
@@ -359,6 +369,8 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, kMaxTopLogprobs));
   cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
+  cmd->add_flag("--no-cuda-graphs", a->no_cuda_graphs,
+                "on cuda, run every forward eagerly instead of replaying CUDA graphs");
   cmd->add_option("--dtype", a->dtype,
                   "target weights: auto (float32 on cpu), float32, float16 or bfloat16 (on cpu: "
                   "16-bit weights, float32 arithmetic; half the bytes per decode step)")

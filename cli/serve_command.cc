@@ -38,6 +38,7 @@ struct ServeArgs {
   std::string trainer_router, trainer_public_key, draft_staging, trainer_status;
   std::string device = "cpu", dtype = "auto", model_name, chat_template;
   std::string generation_config = "auto";
+  bool no_cuda_graphs = false;
   int port = 8000, max_batch = 16, threads = 0, http_threads = 96, log_top_k = 64;
   int max_waiting = 64, max_domains = 16, k_max = 8;
   uint64_t buffer_max_mb = 4096;
@@ -116,6 +117,7 @@ int RunServe(const ServeArgs& a) {
   load.device = a.device;
   load.dtype = a.dtype;
   load.max_model_len = a.max_model_len;
+  load.cuda_graphs = !a.no_cuda_graphs;
   std::unique_ptr<LlamaModel> target;
   Draft draft;
   std::unique_ptr<Tokenizer> tokenizer;
@@ -404,6 +406,8 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"auto", "ignore"}))
       ->capture_default_str();
   cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
+  cmd->add_flag("--no-cuda-graphs", a->no_cuda_graphs,
+                "on cuda, run every forward eagerly instead of replaying CUDA graphs");
   cmd->add_option("--dtype", a->dtype,
                   "target weights: auto (float32 on cpu), float32, float16 or bfloat16 (on cpu: "
                   "16-bit weights, float32 arithmetic; half the bytes per decode step)")

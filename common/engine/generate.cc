@@ -21,7 +21,8 @@ PlainGeneration::PlainGeneration(const LlamaModel& model, const std::vector<int>
     : model_(model),
       options_(options),
       observer_(std::move(observer)),
-      cache_(model.NewCache(prompt.size() + std::max(0, options.max_tokens))),
+      cache_(options.pool ? model.NewCache(options.pool)
+                          : model.NewCache(prompt.size() + std::max(0, options.max_tokens))),
       rng_(options.sampling.seed) {
   finished_ = prompt.empty() || options.max_tokens <= 0;
   if (finished_) return;

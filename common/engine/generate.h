@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "common/base/sampling.h"
@@ -18,6 +19,10 @@ struct GenerateOptions {
   // Stop after emitting an EOS id of the model's config (the EOS is kept in the output).
   // Default: true.
   bool stop_at_eos = true;
+  // The target's cache lies in this pool, when given: a bounded pool kept across calls, as a
+  // server's (on CUDA, forwards over such a pool replay CUDA graphs: LlamaModel::Forward);
+  // else in a pool of its own, sized for the prompt and max_tokens. Default: none.
+  std::shared_ptr<KVBlockPool> pool;
 };
 
 struct GenerateResult {

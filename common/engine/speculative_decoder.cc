@@ -39,8 +39,9 @@ SpeculativeDecoder::SpeculativeDecoder(const LlamaModel* target, Proposer* propo
       features_(dynamic_cast<FeatureDraftProposer*>(proposer)),
       options_(options),
       rng_(options.sampling.seed),
-      cache_(pool ? target->NewCache(std::move(pool))
-                  : target->NewCache(prompt.size() + options.max_tokens + 16)),
+      cache_(pool           ? target->NewCache(std::move(pool))
+             : options.pool ? target->NewCache(options.pool)
+                            : target->NewCache(prompt.size() + options.max_tokens + 16)),
       tokens_(std::move(prompt)),
       prompt_len_(tokens_.size()),
       verifier_(&spec::VerifyChain),

@@ -20,6 +20,15 @@ void IndexUpload::Upload(at::Device device) {
                 .to(device, /*non_blocking=*/false, /*copy=*/true);
 }
 
+void IndexUpload::UploadInto(const at::Tensor& buffer) {
+  TORCH_CHECK(buffer.dim() == 1 && buffer.numel() == static_cast<int64_t>(host_.size()) &&
+                  buffer.scalar_type() == at::kLong,
+              "an index buffer of ", buffer.numel(), " entries for ", host_.size());
+  buffer.copy_(at::from_blob(host_.data(), {static_cast<int64_t>(host_.size())},
+                             at::TensorOptions().dtype(at::kLong)));
+  device_ = buffer;
+}
+
 namespace {
 
 c10::List<c10::optional<at::Tensor>> Indices(const at::Tensor& a, const at::Tensor& b) {
@@ -59,7 +68,8 @@ void TreeOrder(const std::vector<int>* parents, int64_t n, int64_t* pre, int64_t
 
 BatchedAttention::BatchedAttention(const std::vector<AttentionInput>& inputs, int64_t rows,
                                    int64_t min_tokens, int64_t min_past, int64_t heads,
-                                   int64_t kv_heads, int64_t head_dim, IndexUpload* upload)
+                                   int64_t kv_heads, int64_t head_dim, IndexUpload* upload,
+                                   int32_t scratch)
     : nmax_(min_tokens), pmax_(min_past), heads_(heads), kv_heads_(kv_heads), head_dim_(head_dim) {
   constexpr int64_t B = KVBlockPool::kBlockTokens;
   seqs_ = static_cast<int64_t>(inputs.size());
@@ -79,9 +89,12 @@ BatchedAttention::BatchedAttention(const std::vector<AttentionInput>& inputs, in
   block.reserve(tokens_);
   offset.reserve(tokens_);
   for (const AttentionInput& in : inputs) {
-    for (int64_t slot = in.past; slot < in.past + in.tokens; ++slot) {
-      block.push_back((*in.blocks)[slot / B]);
-      offset.push_back(slot % B);
+    const int64_t written = in.written < 0 ? in.tokens : in.written;
+    TORCH_CHECK(written == in.tokens || scratch >= 0, "padding tokens without a scratch block");
+    for (int64_t i = 0; i < in.tokens; ++i) {
+      const int64_t slot = in.past + i;
+      block.push_back(i < written ? (*in.blocks)[slot / B] : scratch);
+      offset.push_back(i < written ? slot % B : i % B);
     }
   }
   write_block_ = upload->Append(block);

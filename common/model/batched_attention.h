@@ -41,8 +41,13 @@ class IndexUpload {
   // One copy of everything appended to `device` (a copy on the CPU too: autograd may keep
   // index tensors after the host vectors are gone).
   void Upload(at::Device device);
+  // The same copy into `buffer`, a long tensor of exactly the appended size, whose views
+  // part() then returns (a CUDA graph's inputs stay where it was captured).
+  void UploadInto(const at::Tensor& buffer);
   // A part, on the device. REQUIRES Upload() first.
   at::Tensor part(int id) const { return device_.narrow(0, offsets_[id], sizes_[id]); }
+  // Every part, on the device. REQUIRES Upload() first.
+  const at::Tensor& uploaded() const { return device_; }
 
  private:
   std::vector<int64_t> host_, offsets_, sizes_;
@@ -56,6 +61,9 @@ struct AttentionInput {
   int64_t past = 0;                  // positions already cached, read from the pool
   int64_t tokens = 0;                // new tokens, written at slots past, past + 1, ...
   const std::vector<int>* parents = nullptr;  // a tree (ForwardInput::parents), or null/empty
+  // The first `written` new tokens go to the sequence's slots; the rest (padding of the
+  // shape-static forward) to the scratch block. -1: all of them.
+  int64_t written = -1;
 };
 
 // The sequences of one pool (block ids index one pool's storage): a forward whose caches lie in
@@ -66,12 +74,13 @@ class BatchedAttention {
   // all (of every pool). Pads the inputs to at least `min_tokens` new tokens and `min_past`
   // cached positions: a forward over several pools passes its largest, so that every sequence
   // is computed with the same shapes, and so the same bits, however its batch is pooled.
-  // REQUIRES: each sequence's blocks cover slots [0, past + tokens); parents, when non-empty,
+  // `scratch`: a block of the pool no cache reads, where tokens past an input's `written` go.
+  // REQUIRES: each sequence's blocks cover slots [0, past + written); parents, when non-empty,
   // has `tokens` entries with parents[i] < i (LlamaModel::Flatten checks); the inputs' rows do
   // not overlap.
   BatchedAttention(const std::vector<AttentionInput>& inputs, int64_t rows, int64_t min_tokens,
                    int64_t min_past, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                   IndexUpload* upload);
+                   IndexUpload* upload, int32_t scratch = -1);
   // After upload->Upload(): the mask on the device, in the activations' dtype (`act`).
   void Prepare(const IndexUpload& upload, const at::TensorOptions& act);
 

@@ -10,6 +10,7 @@
 #include <c10/core/GradMode.h>
 
 #include "common/model/batched_attention.h"
+#include "common/model/device_graph.h"
 #include "common/model/packed_linear.h"
 #include "common/model/rope.h"
 
@@ -70,6 +71,8 @@ Status LlamaModel::FromTensors(const ModelConfig& c, const TensorMap& tensors,
 
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->config_ = c;
+  m->cuda_graphs_ = options.cuda_graphs;
+  m->static_ = NewStaticState();
   const int limit = c.PositionLimit();
   m->config_.max_model_len = options.max_model_len > 0 ? options.max_model_len : limit;
   if (options.max_model_len > limit) {
@@ -233,6 +236,11 @@ at::Tensor LlamaModel::Forward(const std::vector<ForwardInput>& batch,
   }
   TORCH_CHECK(!device().is_cpu() || dtype() == at::kFloat,
               "a model with 16-bit weights on the CPU serves inference only (no autograd)");
+  if (!c10::GradMode::is_enabled() && !batch.empty() &&
+      (static_shapes_ || (cuda_graphs_ && device().is_cuda() && DeviceGraph::Supported()))) {
+    at::Tensor logits = ForwardStatic(batch, layers, hidden);
+    if (logits.defined()) return logits;
+  }
   return ForwardAten(batch, layers, hidden);
 }
 
@@ -289,42 +297,48 @@ LlamaModel::FlatBatch LlamaModel::Flatten(const std::vector<ForwardInput>& batch
 
 at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch,
                                    const std::vector<int>& layers, at::Tensor* hidden) const {
+  AtenPlan plan = PlanAten(batch);
+  plan.upload.Upload(device());
+  at::Tensor logits = RunAten(plan, layers, hidden);
+  for (size_t b = 0; b < batch.size(); ++b) {
+    batch[b].cache->length_ = plan.f.past[b] + plan.f.lengths[b];
+  }
+  return logits;
+}
+
+LlamaModel::AtenPlan LlamaModel::PlanAten(const std::vector<ForwardInput>& batch) const {
   const auto& c = config_;
   const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim;
-  const int64_t F = c.intermediate_size;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-
-  FlatBatch f = Flatten(batch);
-  const int64_t N = f.ids.size();
+  AtenPlan p;
+  p.f = Flatten(batch);
+  const FlatBatch& f = p.f;
+  const int64_t N = p.rows = f.ids.size();
   bool every_row = static_cast<int64_t>(f.out_rows.size()) == N;
   for (int64_t i = 0; every_row && i < N; ++i) every_row = f.out_rows[i] == i;
 
   // Every index this forward needs, built here and moved to the device in one copy.
-  IndexUpload upload;
-  const int tok_part = upload.Append(f.ids), pos_part = upload.Append(f.positions);
-  const int rows_part = every_row ? -1 : upload.Append(f.out_rows);
+  p.tokens = p.upload.Append(f.ids);
+  p.positions = p.upload.Append(f.positions);
+  if (!every_row) p.out_rows = p.upload.Append(f.out_rows);
   // The inputs by pool (a server's caches share one; private caches bring one each): one
   // attention per pool and layer, its rows then put back in input order.
-  std::vector<KVBlockPool*> pools;
   std::vector<std::vector<AttentionInput>> groups;
   for (size_t b = 0; b < batch.size(); ++b) {
     KVBlockPool* pool = batch[b].cache->pool();
-    const size_t g = std::find(pools.begin(), pools.end(), pool) - pools.begin();
-    if (g == pools.size()) {
-      pools.push_back(pool);
+    const size_t g = std::find(p.pools.begin(), p.pools.end(), pool) - p.pools.begin();
+    if (g == p.pools.size()) {
+      p.pools.push_back(pool);
       groups.emplace_back();
     }
     groups[g].push_back({&batch[b].cache->blocks(), f.starts[b], f.past[b], f.lengths[b],
-                         &batch[b].parents});
+                         &batch[b].parents, -1});
   }
   const int64_t nmax = *std::max_element(f.lengths.begin(), f.lengths.end());
   const int64_t pmax = *std::max_element(f.past.begin(), f.past.end());
-  std::vector<BatchedAttention> attention;
   for (const auto& group : groups) {
-    attention.emplace_back(group, N, nmax, pmax, H, KVH, D, &upload);
+    p.attention.emplace_back(group, N, nmax, pmax, H, KVH, D, &p.upload);
   }
-  int order_part = -1;  // several pools: order[r] is token r's row in the groups' outputs
-  if (groups.size() > 1) {
+  if (groups.size() > 1) {  // order[r] is token r's row in the groups' outputs
     std::vector<int64_t> order(N);
     int64_t i = 0;
     for (const auto& group : groups) {
@@ -332,13 +346,22 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch,
         for (int64_t j = 0; j < in.tokens; ++j) order[in.row + j] = i++;
       }
     }
-    order_part = upload.Append(order);
+    p.order = p.upload.Append(order);
   }
-  upload.Upload(device());
-  for (BatchedAttention& a : attention) a.Prepare(upload, embed_.options().requires_grad(false));
-  auto [cos, sin] = RopeTables(upload.part(pos_part));  // [N, 1, 2, D/2]
+  return p;
+}
 
-  at::Tensor x = embed_.index_select(0, upload.part(tok_part));  // [N, hidden]
+at::Tensor LlamaModel::RunAten(AtenPlan& p, const std::vector<int>& layers,
+                               at::Tensor* hidden) const {
+  const auto& c = config_;
+  const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, D = c.head_dim;
+  const int64_t F = c.intermediate_size, N = p.rows;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const IndexUpload& upload = p.upload;
+  for (BatchedAttention& a : p.attention) a.Prepare(upload, embed_.options().requires_grad(false));
+  auto [cos, sin] = RopeTables(upload.part(p.positions));  // [N, 1, 2, D/2]
+
+  at::Tensor x = embed_.index_select(0, upload.part(p.tokens));  // [N, hidden]
   std::vector<at::Tensor> captured(layers.size());  // [N, hidden] each: the layers' inputs
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     for (size_t i = 0; i < layers.size(); ++i) {
@@ -358,23 +381,20 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch,
     at::Tensor k = qk.narrow(1, H, KVH).reshape({N, KVH, D});
     at::Tensor v = qkv.narrow(1, (H + KVH) * D, KVH * D).view({N, KVH, D});
     at::Tensor attn;  // [N, H * D]
-    if (attention.size() == 1) {
-      attn = attention[0].Layer(pools[0]->storage(), l, q, k, v, scale);
+    if (p.attention.size() == 1) {
+      attn = p.attention[0].Layer(p.pools[0]->storage(), l, q, k, v, scale);
     } else {
       std::vector<at::Tensor> parts;
-      for (size_t g = 0; g < attention.size(); ++g) {
-        parts.push_back(attention[g].Layer(pools[g]->storage(), l, q, k, v, scale));
+      for (size_t g = 0; g < p.attention.size(); ++g) {
+        parts.push_back(p.attention[g].Layer(p.pools[g]->storage(), l, q, k, v, scale));
       }
-      attn = at::cat(parts, 0).index_select(0, upload.part(order_part));
+      attn = at::cat(parts, 0).index_select(0, upload.part(p.order));
     }
     x = x + at::linear(attn, L.wo);
     at::Tensor gu = at::linear(RmsNorm(x, L.ffn_norm), L.w_gate_up);  // [N, 2F]
     x = x + at::linear(at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F), L.w_down);
   }
-  for (size_t b = 0; b < batch.size(); ++b) {
-    batch[b].cache->length_ = f.past[b] + f.lengths[b];
-  }
-  if (!every_row) x = x.index_select(0, upload.part(rows_part));
+  if (p.out_rows >= 0) x = x.index_select(0, upload.part(p.out_rows));
   if (hidden != nullptr) {
     *hidden = layers.empty() ? at::empty({N, 0}, x.options().dtype(at::kFloat))
                              : at::cat(captured, 1).to(at::kFloat);

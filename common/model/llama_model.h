@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,7 @@
 
 #include "common/base/status.h"
 #include "common/kernels/linear_kernels.h"
+#include "common/model/batched_attention.h"
 #include "common/model/kv_cache.h"
 #include "common/model/safetensors.h"
 #include "common/tokenizer/model_config.h"
@@ -36,6 +38,9 @@ struct LoadOptions {
   // ModelConfig::PositionLimit(); more than that is refused. Nothing the model allocates
   // grows with it (RoPE is computed per forward); servers size their KV cache by it.
   int max_model_len = 0;
+  // On CUDA, decode-shaped forwards replay CUDA graphs (LlamaModel::Forward), where LibTorch
+  // was built with CUDA; false (--no-cuda-graphs) runs every forward eagerly. Default: true.
+  bool cuda_graphs = true;
 };
 
 // One sequence's part of a batched forward.
@@ -96,6 +101,13 @@ class LlamaModel {
   // config().max_model_len, and its pool has the blocks the new tokens need (a bounded pool:
   // callers reserve first); throws c10::Error otherwise, leaving the caches' contents as they
   // were.
+  // On CUDA with LoadOptions::cuda_graphs, outside autograd, a batch of at most
+  // kStaticSeqs sequences of at most kStaticTokens new tokens each, whose caches share one
+  // bounded pool (a server's), runs the shape-static forward: padded to powers of two in
+  // sequences, new tokens and cached positions, it replays the CUDA graph captured the first
+  // time that padded shape ran (at most kStaticGraphs per pool; beyond, the same forward runs
+  // eagerly). Its padding writes go to one scratch block the model takes from the pool at
+  // first use and keeps; it holds a reference to the pool meanwhile (at most kStaticPools).
   // Call under c10::InferenceMode for serving. Under autograd (training) attention reads the
   // new keys and values from the graph, so no in-place update enters it; what a cache already
   // holds (e.g. a prompt run under at::NoGradGuard, not InferenceMode) is a constant: no
@@ -117,6 +129,16 @@ class LlamaModel {
   // the model drops its packed inference copies of the matrices and runs CPU inference from
   // these tensors (ForwardAten). Not to be called while another thread runs Forward().
   std::vector<at::Tensor> Parameters();
+
+  static constexpr int64_t kStaticSeqs = 64, kStaticTokens = 16;
+  static constexpr int kStaticGraphs = 64, kStaticPools = 4;
+  // The shape-static forward since load: forwards run, graphs captured, and failed captures
+  // (after the first, every forward runs eagerly; capture_error says why).
+  struct StaticStats {
+    int64_t forwards = 0, captures = 0, capture_failures = 0;
+    std::string capture_error;
+  };
+  StaticStats static_stats() const;
 
  private:
   struct Layer {
@@ -143,6 +165,43 @@ class LlamaModel {
   // in every cache.
   FlatBatch Flatten(const std::vector<ForwardInput>& batch) const;
 
+  // ForwardAten in two halves. The host half (PlanAten, PlanStatic) checks the batch, makes
+  // room in the caches and appends every index the device needs to one upload; the device half
+  // (RunAten) runs the layers from that upload alone, with the shapes the plan fixed and no
+  // host synchronization: what a CUDA graph captures.
+  struct AtenPlan {
+    FlatBatch f;
+    IndexUpload upload;
+    int64_t rows = 0;                                // the forward's rows
+    int tokens = -1, positions = -1;                 // parts: [rows] each
+    int out_rows = -1;   // part: the rows whose logits RunAten returns; -1: every row
+    int order = -1;      // several pools: the row of token r in the pools' outputs, or -1
+    int select = -1, select_hidden = -1;  // PlanStatic: [rows] each, see ForwardStatic()
+    std::vector<KVBlockPool*> pools;
+    std::vector<BatchedAttention> attention;  // one per pool
+  };
+  AtenPlan PlanAten(const std::vector<ForwardInput>& batch) const;
+  // The padded shape of a batch in the shape-static forward.
+  struct StaticShape {
+    int64_t seqs = 0, tokens = 0, past = 0;
+    std::vector<int> layers;
+    bool operator<(const StaticShape& o) const {
+      return std::tie(seqs, tokens, past, layers) < std::tie(o.seqs, o.tokens, o.past, o.layers);
+    }
+  };
+  // Sequence b's new tokens take rows [b * shape.tokens, b * shape.tokens + its count); the
+  // rest of its rows are padding, written to `scratch`; sequences past the batch's are padding
+  // entirely.
+  AtenPlan PlanStatic(const std::vector<ForwardInput>& batch, const StaticShape& shape,
+                      int32_t scratch) const;
+  // Returns the logits of the plan's out_rows (every row when -1); *hidden as Forward().
+  // REQUIRES plan.upload uploaded to the model's device.
+  at::Tensor RunAten(AtenPlan& plan, const std::vector<int>& layers, at::Tensor* hidden) const;
+  // The shape-static forward (see Forward()), or an undefined tensor, before any change to the
+  // caches, when the batch is not one it takes.
+  at::Tensor ForwardStatic(const std::vector<ForwardInput>& batch, const std::vector<int>& layers,
+                           at::Tensor* hidden) const;
+
   LlamaModel() = default;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   // RoPE's cos and sin for `positions` (a [N] long tensor on the device), laid out for
@@ -167,14 +226,23 @@ class LlamaModel {
   at::Tensor rope_inv_freq_t_;        // the same, float32 on the model's device
   PackedMatrix lm_head_packed_;
   bool packed_ = false;    // the PackedMatrix copies are current (CPU models until trained)
+  bool cuda_graphs_ = true;  // LoadOptions::cuda_graphs
+  struct StaticState;        // static_forward.cc: scratch blocks and graphs, per pool
+  static std::shared_ptr<StaticState> NewStaticState();
+  std::shared_ptr<StaticState> static_;
 
  public:
   // Routes CPU inference to ForwardAten (false) or ForwardCpu (true). Default: true. Tests
   // turn it off to compare the two.
   void set_use_small_cpu_path(bool on) { use_small_cpu_path_ = on; }
+  // Runs the shape-static forward (without graphs off CUDA) wherever a batch qualifies and the
+  // ATen forward would run (on the CPU: with set_use_small_cpu_path(false)). Default: off (on
+  // CUDA, LoadOptions::cuda_graphs decides). Tests compare the two.
+  void set_static_shapes(bool on) { static_shapes_ = on; }
 
  private:
   bool use_small_cpu_path_ = true;
+  bool static_shapes_ = false;
 };
 
 }  // namespace specloop

@@ -44,6 +44,10 @@ TARGETS=(engine_test spec_engine_test trainer_test specloop gpu_bench)
 # (tests/spec/decode_step_device_verify_test.cc: SameTokensAsTheHostPathOnCuda).
 TEST_BINARIES+=(tests/spec/decode_step_device_verify_test)
 TARGETS+=(decode_step_device_verify_test)
+# CUDA graphs against the eager forward (tests/common/batched_aten_test.cc:
+# StaticShapeForwardOnCuda).
+TEST_BINARIES+=(tests/common/batched_aten_test)
+TARGETS+=(batched_aten_test)
 
 mkdir -p "$OUT"
 LOG=$OUT/run.log
@@ -230,7 +234,7 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     p = r["params"]
-    where = ", ".join(f"{k} {p[k]}" for k in ("batch", "k", "name") if k in p)
+    where = ", ".join(f"{k} {p[k]}" for k in ("batch", "k", "cuda_graphs", "model", "name") if k in p)
     print(f'{r["name"]}{" (" + where + ")" if where else ""}: {r["value"]:.4g} {r["unit"]}')
 PYEOF
   )

@@ -130,6 +130,148 @@ TEST_P(BatchedAtenForward, AgreesWithTheCpuKernels) {
 
 INSTANTIATE_TEST_SUITE_P(Batch, BatchedAtenForward, ::testing::Values(1, 4, 16));
 
+// The shape-static forward (llama_model.h: what CUDA graphs replay), run on the CPU against the
+// CPU kernels: decode-shaped steps (verification blocks, trees, single tokens) of 1, 4 and 16
+// sequences in one bounded pool, padded to powers of two in sequences, tokens and cached
+// positions, with the layers' hidden states asked too, and rollbacks between steps. Log-probs
+// and hidden states within 1e-4; every decode-shaped step ran the static forward.
+class StaticShapeForward : public BatchedAtenForward {};
+
+struct StaticRun {
+  std::vector<at::Tensor> logprobs, hidden;
+  int64_t static_forwards = 0;
+};
+
+// Runs on the model's path as set (set_static_shapes, LoadOptions::cuda_graphs).
+StaticRun RunDecodeSteps(const LlamaModel& m, int seqs, int steps) {
+  const int64_t before = m.static_stats().forwards;
+  auto pool = m.NewBlockPool(/*max_blocks=*/512, /*prefix_caching=*/false);
+  std::vector<KVCache> caches;
+  for (int s = 0; s < seqs; ++s) caches.push_back(m.NewCache(pool));
+  StaticRun run;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<Step> plan;
+    std::vector<ForwardInput> batch;
+    for (int s = 0; s < seqs; ++s) {
+      // Step 0 prefills 3 to 39 tokens (over 16: the eager forward); then kinds 0 to 2 only.
+      plan.push_back(MakeStep(s, step, m.config().vocab_size));
+      if (step > 0 && (s + step) % 4 == 3) {
+        plan.back() = MakeStep(s, step + 1, m.config().vocab_size);
+      }
+      ForwardInput in;
+      in.cache = &caches[s];
+      in.tokens = plan.back().tokens;
+      in.parents = plan.back().parents;
+      in.all_logits = (s + step) % 3 != 0;  // else the last token's logits alone
+      batch.push_back(std::move(in));
+    }
+    std::vector<int64_t> past;
+    for (const KVCache& c : caches) past.push_back(c.length());
+    at::Tensor hidden;
+    run.logprobs.push_back(at::log_softmax(m.Forward(batch, {0, 2}, &hidden), -1));
+    run.hidden.push_back(hidden);
+    for (int s = 0; s < seqs; ++s) {
+      if (plan[s].keep >= 0) caches[s].Truncate(past[s] + plan[s].keep);
+      if (!plan[s].path.empty()) caches[s].KeepPath(past[s], plan[s].path);
+    }
+  }
+  run.static_forwards = m.static_stats().forwards - before;
+  return run;
+}
+
+TEST_P(StaticShapeForward, AgreesWithTheCpuKernels) {
+  const int seqs = GetParam(), steps = 7;
+  const StaticRun kernels = RunDecodeSteps(*model_, seqs, steps);
+  model_->set_use_small_cpu_path(false);
+  model_->set_static_shapes(true);
+  const StaticRun padded = RunDecodeSteps(*model_, seqs, steps);
+  model_->set_static_shapes(false);
+  model_->set_use_small_cpu_path(true);
+  EXPECT_EQ(kernels.static_forwards, 0);
+  // Every step after the prefill (and the prefill of one sequence of 3 tokens).
+  EXPECT_EQ(padded.static_forwards, seqs == 1 ? steps : steps - 1);
+  double worst = 0;
+  for (int step = 0; step < steps; ++step) {
+    ASSERT_EQ(kernels.logprobs[step].sizes(), padded.logprobs[step].sizes()) << "step " << step;
+    ASSERT_EQ(kernels.hidden[step].sizes(), padded.hidden[step].sizes()) << "step " << step;
+    const double diff = (kernels.logprobs[step] - padded.logprobs[step]).abs().max().item<double>();
+    EXPECT_LT(diff, kLogProbTol) << "step " << step;
+    EXPECT_LT((kernels.hidden[step] - padded.hidden[step]).abs().max().item<double>(), kLogProbTol)
+        << "step " << step;
+    worst = std::max(worst, diff);
+  }
+  EXPECT_GT((kernels.logprobs[1][0] - kernels.logprobs[2][0]).abs().max().item<double>(), 0.1);
+  RecordProperty("max_logprob_diff", std::to_string(worst));
+}
+
+INSTANTIATE_TEST_SUITE_P(Batch, StaticShapeForward, ::testing::Values(1, 4, 16));
+
+// On CUDA (scripts/gpu/run.sh): the same steps through CUDA graphs (LoadOptions' default) and
+// through the eager ATen forward (--no-cuda-graphs), float32 and float16. Log-probs within 1e-4
+// (float16: 2e-2, its rounding); graphs were captured and replayed: a second run of the same
+// steps captures nothing new.
+TEST(StaticShapeForwardOnCuda, GraphsReplayWhatTheEagerForwardComputes) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  c10::InferenceMode guard;
+  for (const char* dtype : {"float32", "float16"}) {
+    SCOPED_TRACE(dtype);
+    LoadOptions graphs, eager;
+    graphs.device = eager.device = "cuda";
+    graphs.dtype = eager.dtype = dtype;
+    eager.cuda_graphs = false;
+    std::unique_ptr<LlamaModel> g, e;
+    const std::string dir = testing::SharedDir() + "/models/target-6m";
+    ASSERT_TRUE(LlamaModel::Load(dir, graphs, &g).ok());
+    ASSERT_TRUE(LlamaModel::Load(dir, eager, &e).ok());
+    for (const int seqs : {1, 4, 16}) {
+      const StaticRun want = RunDecodeSteps(*e, seqs, 7);
+      const StaticRun got = RunDecodeSteps(*g, seqs, 7);
+      const int64_t captured = g->static_stats().captures;
+      const StaticRun again = RunDecodeSteps(*g, seqs, 7);
+      EXPECT_EQ(g->static_stats().capture_failures, 0) << g->static_stats().capture_error;
+      EXPECT_EQ(want.static_forwards, 0);
+      EXPECT_EQ(got.static_forwards, seqs == 1 ? 7 : 6) << seqs;
+      EXPECT_GT(captured, 0);
+      EXPECT_EQ(g->static_stats().captures, captured) << seqs << ": the second run recaptured";
+      const double tol = std::string(dtype) == "float32" ? kLogProbTol : 2e-2;
+      for (int step = 0; step < 7; ++step) {
+        ASSERT_EQ(want.logprobs[step].sizes(), got.logprobs[step].sizes());
+        EXPECT_LT((want.logprobs[step] - got.logprobs[step]).abs().max().item<double>(), tol)
+            << seqs << " sequences, step " << step;
+        EXPECT_LT((want.hidden[step] - got.hidden[step]).abs().max().item<double>(), tol * 10)
+            << seqs << " sequences, step " << step;
+        EXPECT_TRUE(at::equal(got.logprobs[step], again.logprobs[step]))
+            << seqs << " sequences, step " << step << ": a replay differs from the capture";
+      }
+    }
+  }
+}
+
+TEST(StaticShapeForwardScope, TakesOnlyDecodeShapedBatchesInOneBoundedPool) {
+  c10::InferenceMode guard;
+  auto m = testing::RandomModel(testing::TinyConfig(), 5);
+  m->set_use_small_cpu_path(false);
+  m->set_static_shapes(true);
+  const int V = m->config().vocab_size;
+  auto bounded = m->NewBlockPool(64, false), other = m->NewBlockPool(64, false);
+  KVCache a = m->NewCache(bounded), b = m->NewCache(bounded), c = m->NewCache(other);
+  KVCache own = m->NewCache();  // a pool of its own, unbounded: its storage moves as it grows
+  auto forwards = [&] { return m->static_stats().forwards; };
+  const int64_t free_before = bounded->available();
+  m->Forward({{&a, RandomTokens(4, V, 1), false, {}, {}},
+              {&b, RandomTokens(16, V, 2), false, {}, {}}});
+  EXPECT_EQ(forwards(), 1);
+  // One scratch block, taken once, beside the two sequences' blocks.
+  EXPECT_EQ(bounded->available(), free_before - 1 - 1 - 1);
+  m->Forward({{&a, RandomTokens(17, V, 3), false, {}, {}}});  // a prefill chunk: eager
+  m->Forward({{&own, RandomTokens(2, V, 4), false, {}, {}}});
+  m->Forward({{&a, RandomTokens(2, V, 5), false, {}, {}},
+              {&c, RandomTokens(2, V, 6), false, {}, {}}});  // two pools: eager
+  EXPECT_EQ(forwards(), 1);
+  m->Forward({{&c, RandomTokens(1, V, 7), false, {}, {}}});  // a second pool: its own scratch
+  EXPECT_EQ(forwards(), 2);
+}
+
 TEST(BatchedAtenForwardPools, CachesInSeveralPoolsAgreeWithOnePool) {
   // Private caches (each its own pool, as generate and training use) beside shared ones in one
   // batch: one attention per pool, the rows put back in input order.
