@@ -449,16 +449,32 @@ void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k
     in.all_logits = all_logits;
     return in;
   };
+  // Off the CPU a forward returns once its work is queued: each timed one waits for its
+  // result. And its caches lie in bounded pools, as a server's, so that a CUDA target and draft
+  // are timed as they decode, replaying CUDA graphs (LlamaModel::Forward); on the CPU each
+  // cache has a pool of its own.
+  const bool device = !target.device().is_cpu();
+  auto done = [device](const at::Tensor& out) {
+    if (device) (void)out.reshape(-1)[0].item<float>();
+  };
+  const int64_t calibration_blocks =
+      (std::max(1, options.max_batch) + 2) * KVBlockPool::BlocksFor(context + room) + 1;
+  std::shared_ptr<KVBlockPool> target_pool, draft_pool;
+  if (device) {
+    target_pool = target.NewBlockPool(calibration_blocks, false);
+    if (draft != nullptr) draft_pool = draft->NewBlockPool(calibration_blocks, false);
+  }
   auto prefilled = [&](const LlamaModel& m, int tokens) {
-    KVCache c = m.NewCache(tokens + room);
-    m.Forward({input(&c, tokens, false)});
+    const std::shared_ptr<KVBlockPool>& pool = &m == &target ? target_pool : draft_pool;
+    KVCache c = pool ? m.NewCache(pool) : m.NewCache(tokens + room);
+    done(m.Forward({input(&c, tokens, false)}));
     return c;
   };
   auto seconds = [&](const LlamaModel& m, std::vector<KVCache>* caches, int n, int64_t past) {
     std::vector<ForwardInput> in;
     for (KVCache& c : *caches) in.push_back(input(&c, n, n > 1));
     const auto t0 = Clock::now();
-    m.Forward(in);
+    done(m.Forward(in));
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     for (KVCache& c : *caches) c.Truncate(past);
     return s;
@@ -471,7 +487,7 @@ void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k
       std::vector<ForwardInput> in;
       for (KVCache& c : *caches) in.push_back(input(&c, 1, false));
       const auto t0 = Clock::now();
-      target.Forward(in);
+      done(target.Forward(in));
       v.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     }
     for (KVCache& c : *caches) c.Truncate(past);
@@ -491,7 +507,7 @@ void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k
   auto head_feed = [&](Eagle3Head::Cache* c, int n) {
     const at::Tensor rows =
         at::zeros({n, head->feature_width()}, at::TensorOptions().device(target.device()));
-    head->Forward({{c, rows, std::vector<int64_t>(n, 3)}}, nullptr);
+    done(head->Forward({{c, rows, std::vector<int64_t>(n, 3)}}, nullptr));
   };
   auto draft_caches = [&](int b) {
     DraftCaches dc;
@@ -512,7 +528,7 @@ void CalibrateStepCosts(const LlamaModel& target, const LlamaModel* draft, int k
         at::zeros({1, head->hidden_size()}, at::TensorOptions().device(target.device()));
     for (Eagle3Head::Cache& c : dc->head) in.push_back({&c, own, {3}});
     const auto t0 = Clock::now();
-    head->Forward(in, nullptr);
+    done(head->Forward(in, nullptr));
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     for (Eagle3Head::Cache& c : dc->head) c.length = context;
     return s;

@@ -107,7 +107,8 @@ class LlamaModel {
   // sequences, new tokens and cached positions, it replays the CUDA graph captured the first
   // time that padded shape ran (at most kStaticGraphs per pool; beyond, the same forward runs
   // eagerly). Its padding writes go to one scratch block the model takes from the pool at
-  // first use and keeps; it holds a reference to the pool meanwhile (at most kStaticPools).
+  // first use and keeps while the pool lives; at most kStaticPools live pools at once take
+  // this path (those past them run eagerly).
   // Call under c10::InferenceMode for serving. Under autograd (training) attention reads the
   // new keys and values from the graph, so no in-place update enters it; what a cache already
   // holds (e.g. a prompt run under at::NoGradGuard, not InferenceMode) is a constant: no

@@ -30,38 +30,36 @@ struct LlamaModel::StaticState {
     at::Tensor logits, hidden;  // the graph's outputs, every row
   };
   struct Pool {
-    std::shared_ptr<KVBlockPool> pool;
+    std::weak_ptr<KVBlockPool> pool;  // its graphs are dropped once the pool is gone
     int32_t scratch = -1;
-    std::vector<int32_t> scratch_table;  // {scratch}: the padding sequences' block table
     std::map<StaticShape, Graph> graphs;
     ~Pool() {
       graphs.clear();  // before the pool's block goes back
-      if (scratch >= 0) pool->Release(scratch);
+      if (std::shared_ptr<KVBlockPool> p = pool.lock()) p->Release(scratch);
     }
   };
 
-  // The pool's entry, taking its scratch block first; null when none is free. Keeps the
-  // kStaticPools most recently used.
+  // The pool's entry, taking its scratch block first; null when the pool has no free block or
+  // kStaticPools other live pools have entries.
   Pool* For(const std::shared_ptr<KVBlockPool>& pool) {
-    for (size_t i = 0; i < pools.size(); ++i) {
-      if (pools[i]->pool == pool) {
-        std::rotate(pools.begin(), pools.begin() + i, pools.begin() + i + 1);
-        return pools.front().get();
-      }
+    pools.erase(std::remove_if(pools.begin(), pools.end(),
+                               [](const std::unique_ptr<Pool>& e) { return e->pool.expired(); }),
+                pools.end());
+    for (const std::unique_ptr<Pool>& e : pools) {
+      if (e->pool.lock() == pool) return e.get();
     }
     std::vector<int32_t> block;
-    if (!pool->Allocate(1, &block)) return nullptr;
-    auto entry = std::make_unique<Pool>();
-    entry->pool = pool;
-    entry->scratch = block[0];
-    entry->scratch_table = block;
-    if (static_cast<int>(pools.size()) == kStaticPools) pools.pop_back();
-    pools.insert(pools.begin(), std::move(entry));
-    return pools.front().get();
+    if (static_cast<int>(pools.size()) == kStaticPools || !pool->Allocate(1, &block)) {
+      return nullptr;
+    }
+    pools.push_back(std::make_unique<Pool>());
+    pools.back()->pool = pool;
+    pools.back()->scratch = block[0];
+    return pools.back().get();
   }
 
   std::mutex mu;  // everything below; held through a forward (replays share buffers)
-  std::vector<std::unique_ptr<Pool>> pools;  // most recently used first
+  std::vector<std::unique_ptr<Pool>> pools;
   bool have_graph_pool = false;
   DeviceGraph::Pool graph_pool;
   StaticStats stats;

@@ -270,6 +270,20 @@ TEST(StaticShapeForwardScope, TakesOnlyDecodeShapedBatchesInOneBoundedPool) {
   EXPECT_EQ(forwards(), 1);
   m->Forward({{&c, RandomTokens(1, V, 7), false, {}, {}}});  // a second pool: its own scratch
   EXPECT_EQ(forwards(), 2);
+  EXPECT_EQ(other->available(), 64 - 1 - 1);
+  // At most kStaticPools live pools at once; a pool that is gone frees its place.
+  std::vector<KVCache> extra;  // pools three and four, held by their caches alone
+  for (int i = 0; i < LlamaModel::kStaticPools - 2; ++i) {
+    extra.push_back(m->NewCache(m->NewBlockPool(8, false)));
+    m->Forward({{&extra.back(), RandomTokens(1, V, 10 + i), false, {}, {}}});
+  }
+  EXPECT_EQ(forwards(), LlamaModel::kStaticPools);
+  KVCache late = m->NewCache(m->NewBlockPool(8, false));
+  m->Forward({{&late, RandomTokens(1, V, 20), false, {}, {}}});
+  EXPECT_EQ(forwards(), LlamaModel::kStaticPools);  // a fifth live pool: eager
+  extra.clear();
+  m->Forward({{&late, RandomTokens(1, V, 21), false, {}, {}}});
+  EXPECT_EQ(forwards(), LlamaModel::kStaticPools + 1);
 }
 
 TEST(BatchedAtenForwardPools, CachesInSeveralPoolsAgreeWithOnePool) {
