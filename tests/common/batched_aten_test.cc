@@ -142,10 +142,12 @@ struct StaticRun {
   int64_t static_forwards = 0;
 };
 
-// Runs on the model's path as set (set_static_shapes, LoadOptions::cuda_graphs).
-StaticRun RunDecodeSteps(const LlamaModel& m, int seqs, int steps) {
+// Runs on the model's path as set (set_static_shapes, LoadOptions::cuda_graphs), the caches in
+// `pool` (null: a new bounded pool).
+StaticRun RunDecodeSteps(const LlamaModel& m, int seqs, int steps,
+                         std::shared_ptr<KVBlockPool> pool = nullptr) {
   const int64_t before = m.static_stats().forwards;
-  auto pool = m.NewBlockPool(/*max_blocks=*/512, /*prefix_caching=*/false);
+  if (!pool) pool = m.NewBlockPool(/*max_blocks=*/512, /*prefix_caching=*/false);
   std::vector<KVCache> caches;
   for (int s = 0; s < seqs; ++s) caches.push_back(m.NewCache(pool));
   StaticRun run;
@@ -208,8 +210,8 @@ INSTANTIATE_TEST_SUITE_P(Batch, StaticShapeForward, ::testing::Values(1, 4, 16))
 
 // On CUDA (scripts/gpu/run.sh): the same steps through CUDA graphs (LoadOptions' default) and
 // through the eager ATen forward (--no-cuda-graphs), float32 and float16. Log-probs within 1e-4
-// (float16: 2e-2, its rounding); graphs were captured and replayed: a second run of the same
-// steps captures nothing new.
+// (float16: 5e-2, a few of its ulps at the logits' size); graphs were captured and replayed: a
+// second run of the same steps in the same pool captures nothing new and gives the same bits.
 TEST(StaticShapeForwardOnCuda, GraphsReplayWhatTheEagerForwardComputes) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   c10::InferenceMode guard;
@@ -225,15 +227,18 @@ TEST(StaticShapeForwardOnCuda, GraphsReplayWhatTheEagerForwardComputes) {
     ASSERT_TRUE(LlamaModel::Load(dir, eager, &e).ok());
     for (const int seqs : {1, 4, 16}) {
       const StaticRun want = RunDecodeSteps(*e, seqs, 7);
-      const StaticRun got = RunDecodeSteps(*g, seqs, 7);
+      // Graphs belong to a pool (they read its storage where it lies): both runs in one.
+      std::shared_ptr<KVBlockPool> pool = g->NewBlockPool(512, false);
+      const int64_t before = g->static_stats().captures;
+      const StaticRun got = RunDecodeSteps(*g, seqs, 7, pool);
       const int64_t captured = g->static_stats().captures;
-      const StaticRun again = RunDecodeSteps(*g, seqs, 7);
+      const StaticRun again = RunDecodeSteps(*g, seqs, 7, pool);
       EXPECT_EQ(g->static_stats().capture_failures, 0) << g->static_stats().capture_error;
       EXPECT_EQ(want.static_forwards, 0);
       EXPECT_EQ(got.static_forwards, seqs == 1 ? 7 : 6) << seqs;
-      EXPECT_GT(captured, 0);
+      EXPECT_GT(captured, before);
       EXPECT_EQ(g->static_stats().captures, captured) << seqs << ": the second run recaptured";
-      const double tol = std::string(dtype) == "float32" ? kLogProbTol : 2e-2;
+      const double tol = std::string(dtype) == "float32" ? kLogProbTol : 5e-2;
       for (int step = 0; step < 7; ++step) {
         ASSERT_EQ(want.logprobs[step].sizes(), got.logprobs[step].sizes());
         EXPECT_LT((want.logprobs[step] - got.logprobs[step]).abs().max().item<double>(), tol)
