@@ -15,7 +15,8 @@
 //    calibrated step costs, warmed up once on the prompts, as spec_bench's auto): tokens/s, its
 //    speedup over plain batch 1 (median of per-repetition ratios; each prompt runs plain and
 //    speculative in turn), and spec_equals_plain: every speculative output must equal plain
-//    greedy decoding's on the same prompt, or the bench exits 1 after printing where they part.
+//    greedy decoding's on the same prompt and models, or the bench exits 1 after printing
+//    where they part.
 // Also widened_equals_source: the share of prompts whose batch-1 greedy output equals
 // target-6m's (float32 on the CPU), and batch_rows_equal_batch1 (information: 16-bit rounding
 // may move a near tie; neither fails the run).
@@ -24,7 +25,9 @@
 // 4 run twice, with graphs (the default) and with a second copy of the models loaded without
 // (--no-cuda-graphs: that arm alone), each arm's figures tagged cuda_graphs true / false, and
 // cuda_graph_speedup is plain batch-1 tokens/s with graphs over without; cuda_graph_captures,
-// cuda_graph_forwards and cuda_graph_capture_failures count the graph arm's target and draft.
+// cuda_graph_forwards and cuda_graph_capture_failures count the graph arm's target and draft;
+// plain_equals_graph_arm (information) is the share of prompts whose eager plain output
+// equals the graph arm's.
 // Prints JSON lines {"name", "params", "value", "unit"} (bench_util.h); progress on stderr.
 // Usage: gpu_bench [--device cuda|cuda:N|cpu] [--widen W] [--dtype float16|float32]
 //                  [--tokens N] [--prompts N] [--batch B] [--reps R] [--threads N]
@@ -342,13 +345,13 @@ int main(int argc, char** argv) {
   gen.stop_at_eos = false;
 
   // The widened model computes target-6m's function: its greedy outputs, against target-6m's.
-  std::vector<std::vector<int>> reference(prompts.size());
+  std::vector<std::vector<int>> first_reference(prompts.size());
   int same_as_source = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerateOptions g = gen;
     g.pool = arms[0].target_pool;
-    reference[i] = GeneratePlain(*arms[0].target, prompts[i], g).tokens;  // also warms up
-    same_as_source += GeneratePlain(*source, prompts[i], gen).tokens == reference[i];
+    first_reference[i] = GeneratePlain(*arms[0].target, prompts[i], g).tokens;  // warms up too
+    same_as_source += GeneratePlain(*source, prompts[i], gen).tokens == first_reference[i];
   }
   Emit("widened_equals_source", run, double(same_as_source) / prompts.size(), "share");
 
@@ -371,10 +374,19 @@ int main(int argc, char** argv) {
     spec.generate = g;
     spec.policy = &policy;
     spec.costs = &costs;
-    for (const auto& p : prompts) {
+    // This arm's plain outputs, which its speculative ones must equal (the two arms' kernels
+    // differ, and a 16-bit near tie may fall either way between them).
+    std::vector<std::vector<int>> reference(prompts.size());
+    int same_as_first = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
       std::unique_ptr<Proposer> proposer = new_proposer();
-      GenerateSpeculative(t, proposer.get(), p, spec, nullptr);
-      GeneratePlain(t, p, g);  // the plain shapes' graphs, before the timed runs
+      GenerateSpeculative(t, proposer.get(), prompts[i], spec, nullptr);
+      reference[i] = GeneratePlain(t, prompts[i], g).tokens;  // also its shapes' graphs
+      same_as_first += reference[i] == first_reference[i];
+    }
+    if (a.graphs != arms[0].graphs) {  // information
+      Emit("plain_equals_graph_arm", {{"device", o.device}, {"cuda_graphs", a.graphs}},
+           double(same_as_first) / prompts.size(), "share");
     }
 
     // Batch 1, plain and speculative in turn on each prompt; the order alternates by repetition.
