@@ -194,6 +194,14 @@ void Scheduler::Loop() {
     metrics_->SetQueue(active_count_, waiting() + static_cast<int>(preempted_.size()));
     metrics_->SetKvCache(target_pool_->used(), pool_blocks_, KVBlockPool::kBlockTokens);
     metrics_->SetPrefixCache(target_pool_->query_tokens(), target_pool_->hit_tokens());
+    if (target_->device().is_cuda()) {
+      const LlamaModel::StaticStats t = target_->static_stats();
+      metrics_->SetCudaGraphs("target", t.captures, t.capture_failures);
+      if (draft_.model) {
+        const LlamaModel::StaticStats d = draft_.model->static_stats();
+        metrics_->SetCudaGraphs("draft", d.captures, d.capture_failures);
+      }
+    }
   }
   for (auto& seq : active_) Fail(seq.get(), 503, "server shutting down");
   for (auto& seq : preempted_) Fail(seq.get(), 503, "server shutting down");

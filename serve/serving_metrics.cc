@@ -151,6 +151,12 @@ Status ServingMetrics::Register() {
         {}, 1, &kv_usage_);
   gauge("specloop_kv_cache_capacity_tokens", "Positions the target's KV cache pool holds.", {},
         1, &kv_capacity_);
+  gauge("specloop_cuda_graphs", "CUDA graphs the model serving now has captured (CUDA only).",
+        {"model"}, 2, &cuda_graphs_);
+  gauge("specloop_cuda_graph_capture_failures",
+        "CUDA graph captures that failed for the model serving now; after one it decodes "
+        "without graphs (CUDA only).",
+        {"model"}, 2, &cuda_graph_failures_);
   if (s.ok()) s = AddProcessMetrics(&registry_);
   return s;
 }
@@ -299,6 +305,12 @@ void ServingMetrics::ObservePreemption() { preemptions_->Add({}).Increment(); }
 void ServingMetrics::SetKvCache(int64_t used_blocks, int64_t blocks, int64_t block_tokens) {
   kv_usage_->Add({}).Set(blocks > 0 ? static_cast<double>(used_blocks) / blocks : 0.0);
   kv_capacity_->Add({}).Set(static_cast<double>(blocks * block_tokens));
+}
+
+void ServingMetrics::SetCudaGraphs(const std::string& model, int64_t captured,
+                                   int64_t capture_failures) {
+  cuda_graphs_->Add({{"model", model}}).Set(static_cast<double>(captured));
+  cuda_graph_failures_->Add({{"model", model}}).Set(static_cast<double>(capture_failures));
 }
 
 void ServingMetrics::SetPrefixCache(int64_t query_tokens, int64_t hit_tokens) {

@@ -106,6 +106,9 @@ class ServingMetrics {
   void SetKvCache(int64_t used_blocks, int64_t blocks, int64_t block_tokens);
   void SetPrefixCache(int64_t query_tokens, int64_t hit_tokens);
   void ObservePreemption();
+  // CUDA graphs of a model serving now ("target" or "draft"; LlamaModel::static_stats()):
+  // those captured, and the captures that failed (after one, the model decodes without).
+  void SetCudaGraphs(const std::string& model, int64_t captured, int64_t capture_failures);
 
   // Hot-swap (DESIGN.md section 7): the version serving now, swaps, failures, rollbacks.
   void SetDraftVersion(uint64_t version);
@@ -151,7 +154,8 @@ class ServingMetrics {
       *batch_size_;
   metrics::Family<metrics::Gauge>*alpha_, *optimal_alpha_, *acceptance_length_, *drift_gauge_,
       *spec_length_, *draft_version_, *draft_info_,
-      *active_, *waiting_, *buffer_bytes_, *buffer_memory_, *kv_usage_, *kv_capacity_;
+      *active_, *waiting_, *buffer_bytes_, *buffer_memory_, *kv_usage_, *kv_capacity_,
+      *cuda_graphs_, *cuda_graph_failures_;
 
   std::mutex mu_;
   std::vector<std::string> known_domains_;                         // GUARDED_BY(mu_)

@@ -116,6 +116,23 @@ TEST(ServingMetrics, ExposesAlphaWindowsDriftAndPassesPromtool) {
 }
 
 // With a logger, a scrape reports the buffer's size and RocksDB memory and the process's RSS.
+TEST(ServingMetrics, CudaGraphSeriesAppearOnlyOnceSetAndFollowTheModelServingNow) {
+  std::unique_ptr<ServingMetrics> m;
+  ASSERT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &m).ok());
+  // A CPU server never sets them: the families' help lines only, no series.
+  std::string text = m->Render(nullptr, nullptr);
+  EXPECT_EQ(text.find("specloop_cuda_graphs{"), std::string::npos) << text;
+  m->SetCudaGraphs("target", 12, 0);
+  m->SetCudaGraphs("draft", 7, 1);
+  m->SetCudaGraphs("draft", 2, 0);  // a new draft: its own counts
+  text = m->Render(nullptr, nullptr);
+  EXPECT_NE(text.find("specloop_cuda_graphs{model=\"target\"} 12"), std::string::npos) << text;
+  EXPECT_NE(text.find("specloop_cuda_graphs{model=\"draft\"} 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("specloop_cuda_graph_capture_failures{model=\"draft\"} 0"),
+            std::string::npos)
+      << text;
+}
+
 TEST(ServingMetrics, ExposesBufferSizeMemoryAndResidentMemory) {
   std::unique_ptr<ServingMetrics> m;
   ASSERT_TRUE(ServingMetrics::Create(ServingMetricsOptions(), &m).ok());
