@@ -299,7 +299,7 @@ at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch,
                                    const std::vector<int>& layers, at::Tensor* hidden) const {
   AtenPlan plan = PlanAten(batch);
   plan.upload.Upload(device());
-  at::Tensor logits = RunAten(plan, layers, hidden);
+  at::Tensor logits = at::linear(RunAten(plan, layers, hidden), lm_head_).to(at::kFloat);
   for (size_t b = 0; b < batch.size(); ++b) {
     batch[b].cache->length_ = plan.f.past[b] + plan.f.lengths[b];
   }
@@ -399,7 +399,7 @@ at::Tensor LlamaModel::RunAten(AtenPlan& p, const std::vector<int>& layers,
     *hidden = layers.empty() ? at::empty({N, 0}, x.options().dtype(at::kFloat))
                              : at::cat(captured, 1).to(at::kFloat);
   }
-  return at::linear(RmsNorm(x, final_norm_), lm_head_).to(at::kFloat);
+  return RmsNorm(x, final_norm_);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> LlamaModel::NamedWeights() const {

@@ -175,7 +175,7 @@ class LlamaModel {
     IndexUpload upload;
     int64_t rows = 0;                                // the forward's rows
     int tokens = -1, positions = -1;                 // parts: [rows] each
-    int out_rows = -1;   // part: the rows whose logits RunAten returns; -1: every row
+    int out_rows = -1;   // part: the rows RunAten returns; -1: every row
     int order = -1;      // several pools: the row of token r in the pools' outputs, or -1
     int select = -1, select_hidden = -1;  // PlanStatic: [rows] each, see ForwardStatic()
     std::vector<KVBlockPool*> pools;
@@ -195,8 +195,9 @@ class LlamaModel {
   // entirely.
   AtenPlan PlanStatic(const std::vector<ForwardInput>& batch, const StaticShape& shape,
                       int32_t scratch) const;
-  // Returns the logits of the plan's out_rows (every row when -1); *hidden as Forward().
-  // REQUIRES plan.upload uploaded to the model's device.
+  // Returns the final norm's output at the plan's out_rows (every row when -1), in the
+  // activations' dtype, which the lm_head turns into logits; *hidden as Forward(). REQUIRES
+  // plan.upload uploaded to the model's device.
   at::Tensor RunAten(AtenPlan& plan, const std::vector<int>& layers, at::Tensor* hidden) const;
   // The shape-static forward (see Forward()), or an undefined tensor, before any change to the
   // caches, when the batch is not one it takes.

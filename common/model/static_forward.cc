@@ -27,7 +27,9 @@ struct LlamaModel::StaticState {
   struct Graph {
     std::unique_ptr<DeviceGraph> graph;
     AtenPlan plan;              // the capture's: its upload is the graph's input buffer
-    at::Tensor logits, hidden;  // the graph's outputs, every row
+    // The graph's outputs at every padded row: the final norm's (the lm_head runs outside the
+    // graph on the rows asked alone) and the layers' hidden states.
+    at::Tensor normed, hidden;
   };
   struct Pool {
     std::weak_ptr<KVBlockPool> pool;  // its graphs are dropped once the pool is gone
@@ -154,7 +156,7 @@ at::Tensor LlamaModel::ForwardStatic(const std::vector<ForwardInput>& batch,
   if (entry == nullptr) return {};
   AtenPlan plan = PlanStatic(batch, shape, entry->scratch);  // throws before any change
 
-  at::Tensor logits, states;  // every padded row
+  at::Tensor normed, states;  // every padded row
   const bool graphs = cuda_graphs_ && device().is_cuda() && DeviceGraph::Supported() &&
                       static_->stats.capture_failures == 0;
   auto it = graphs ? entry->graphs.find(shape) : entry->graphs.end();
@@ -162,7 +164,7 @@ at::Tensor LlamaModel::ForwardStatic(const std::vector<ForwardInput>& batch,
     StaticState::Graph& g = it->second;
     plan.upload.UploadInto(g.plan.upload.uploaded());
     g.graph->Replay();
-    logits = g.logits;
+    normed = g.normed;
     states = g.hidden;
   } else {
     plan.upload.Upload(device());
@@ -174,9 +176,9 @@ at::Tensor LlamaModel::ForwardStatic(const std::vector<ForwardInput>& batch,
       StaticState::Graph g;
       try {
         g.graph = DeviceGraph::Capture(device(), static_->graph_pool,
-                                       [&] { g.logits = RunAten(plan, layers, &g.hidden); });
+                                       [&] { g.normed = RunAten(plan, layers, &g.hidden); });
         g.graph->Replay();  // the capture ran nothing: this forward's work
-        logits = g.logits;
+        normed = g.normed;
         states = g.hidden;
         g.plan = plan;
         entry->graphs.emplace(shape, std::move(g));
@@ -186,13 +188,14 @@ at::Tensor LlamaModel::ForwardStatic(const std::vector<ForwardInput>& batch,
         static_->stats.capture_error = e.what_without_backtrace();
       }
     }
-    if (!logits.defined()) logits = RunAten(plan, layers, &states);
+    if (!normed.defined()) normed = RunAten(plan, layers, &states);
   }
   // The returned rows; the parts are those of this forward's indices wherever they lie.
   const FlatBatch& f = plan.f;
   const int64_t real = f.ids.size();
-  at::Tensor result = logits.index_select(
-      0, plan.upload.part(plan.select).narrow(0, 0, static_cast<int64_t>(f.out_rows.size())));
+  const at::Tensor rows =
+      plan.upload.part(plan.select).narrow(0, 0, static_cast<int64_t>(f.out_rows.size()));
+  at::Tensor result = at::linear(normed.index_select(0, rows), lm_head_).to(at::kFloat);
   if (hidden != nullptr) {
     *hidden = states.index_select(0, plan.upload.part(plan.select_hidden).narrow(0, 0, real));
   }
