@@ -131,8 +131,11 @@ class LlamaModel {
   // these tensors (ForwardAten). Not to be called while another thread runs Forward().
   std::vector<at::Tensor> Parameters();
 
+  // Graphs per pool: a server of --max-batch 16 verifying up to 9 tokens a sequence over
+  // contexts to 2K positions uses at most 5 x 5 x 8 = 200 padded shapes. A graph keeps its
+  // padded rows' final hidden states, not their logits.
   static constexpr int64_t kStaticSeqs = 64, kStaticTokens = 16;
-  static constexpr int kStaticGraphs = 64, kStaticPools = 4;
+  static constexpr int kStaticGraphs = 256, kStaticPools = 4;
   // The shape-static forward since load: forwards run, graphs captured, and failed captures
   // (after the first, every forward runs eagerly; capture_error says why).
   struct StaticStats {
