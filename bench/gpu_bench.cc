@@ -25,7 +25,10 @@
 // 4 run twice, with graphs (the default) and with a second copy of the models loaded without
 // (--no-cuda-graphs: that arm alone), each arm's figures tagged cuda_graphs true / false, and
 // cuda_graph_speedup is plain batch-1 tokens/s with graphs over without; cuda_graph_captures,
-// cuda_graph_forwards and cuda_graph_capture_failures count the graph arm's target and draft;
+// cuda_graph_forwards and cuda_graph_capture_failures count the graph arm's target and draft,
+// whose graphs are first prepared as a server's start-up prepares them (cuda_graph_prepared,
+// target and draft, in cuda_graph_prepare_seconds; the captures count these and any shape met
+// later outside them);
 // plain_equals_graph_arm (information) is the share of prompts whose eager plain output
 // equals the graph arm's.
 // Prints JSON lines {"name", "params", "value", "unit"} (bench_util.h); progress on stderr.
@@ -337,6 +340,17 @@ int main(int argc, char** argv) {
     }
     a.target_pool = a.target->NewBlockPool(pool_blocks, /*prefix_caching=*/false);
     a.draft_pool = a.draft.model->NewBlockPool(pool_blocks, /*prefix_caching=*/false);
+    if (a.graphs) {  // as `specloop serve` starts: every decode shape's graph, before any work
+      const int64_t tokens = SpeculationPolicyOptions().k_max + 1, context = 257 + o.tokens;
+      const auto start = std::chrono::steady_clock::now();
+      const int shapes =
+          a.target->PrepareStaticShapes(a.target_pool, o.batch, tokens, context) +
+          a.draft.model->PrepareStaticShapes(a.draft_pool, o.batch, tokens, context);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      Emit("cuda_graph_prepared", {{"device", o.device}}, shapes, "graphs");
+      Emit("cuda_graph_prepare_seconds", {{"device", o.device}, {"graphs", shapes}}, seconds, "s");
+    }
   }
 
   GenerateOptions gen;

@@ -98,6 +98,12 @@ Status Scheduler::Start() {
   }
   metrics_->SetKvCache(0, pool_blocks_, KVBlockPool::kBlockTokens);
   try {
+    PrepareGraphs();
+  } catch (const std::exception& e) {
+    return Status::IOError(std::string("preparing the decode steps' CUDA graphs failed: ") +
+                           e.what());
+  }
+  try {
     if (options_.calibrate && options_.k < 0) Calibrate();
   } catch (const std::exception& e) {
     return Status::IOError(std::string("calibration failed: ") + e.what());
@@ -147,6 +153,23 @@ Scheduler::SubmitResult Scheduler::Submit(std::shared_ptr<RequestChannel> channe
 int Scheduler::waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(waiting_.size());
+}
+
+// On CUDA, the graphs of every padded shape a decode step can take, captured before the first
+// request (LlamaModel::PrepareStaticShapes; nothing off CUDA): the target's forwards (with the
+// head's features where a head drafts) and the draft's, of up to max_batch sequences of up to
+// kStaticTokens new tokens (verification blocks, trees, catch-ups and short prompt chunks)
+// over any context the pool holds.
+void Scheduler::PrepareGraphs() {
+  const int64_t context = std::min<int64_t>(target_->config().max_model_len, kv_cache_tokens());
+  const std::vector<int> features =
+      draft_.head && options_.k != 0 ? draft_.head->config().aux_layers : std::vector<int>();
+  target_->PrepareStaticShapes(target_pool_, options_.max_batch, LlamaModel::kStaticTokens,
+                               context, features);
+  if (draft_pool_) {
+    draft_.model->PrepareStaticShapes(draft_pool_, options_.max_batch, LlamaModel::kStaticTokens,
+                                      context);
+  }
 }
 
 // Seeds the step costs before traffic refines them: batched target forwards up to max_batch

@@ -115,7 +115,8 @@ class Scheduler {
   // The hot-swap seam (see draft_swap_hook.h). Not owned; call before Start().
   void set_swap_hook(DraftSwapHook* hook) { swap_hook_ = hook; }
 
-  // Calibrates (when asked) and starts the scheduler thread.
+  // Captures the decode steps' CUDA graphs (on CUDA), calibrates (when asked) and starts the
+  // scheduler thread.
   Status Start();
   // Fails every waiting and active request with 503, stops and joins the thread. Idempotent.
   void Stop();
@@ -135,6 +136,7 @@ class Scheduler {
 
  private:
   void Loop();
+  void PrepareGraphs();
   void Calibrate();
   void InstallDraft(DraftCandidate candidate);
   void Admit();

@@ -39,9 +39,8 @@ SpeculativeDecoder::SpeculativeDecoder(const LlamaModel* target, Proposer* propo
       features_(dynamic_cast<FeatureDraftProposer*>(proposer)),
       options_(options),
       rng_(options.sampling.seed),
-      cache_(pool           ? target->NewCache(std::move(pool))
-             : options.pool ? target->NewCache(options.pool)
-                            : target->NewCache(prompt.size() + options.max_tokens + 16)),
+      cache_(pool ? target->NewCache(std::move(pool))
+                  : target->NewCache(prompt.size() + options.max_tokens + 16)),
       tokens_(std::move(prompt)),
       prompt_len_(tokens_.size()),
       verifier_(&spec::VerifyChain),
@@ -376,7 +375,8 @@ SpeculativeGeneration::SpeculativeGeneration(const LlamaModel& target, Proposer*
     : target_(target), proposer_(proposer), options_(options) {
   TORCH_CHECK(!options.policy || options.costs, "SpeculativeOptions: a policy needs costs");
   const auto t0 = Clock::now();
-  decoder_ = std::make_unique<SpeculativeDecoder>(&target, proposer, prompt, options.generate);
+  decoder_ = std::make_unique<SpeculativeDecoder>(&target, proposer, prompt, options.generate,
+                                                  /*defer_prefill=*/false, options.generate.pool);
   prefill_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
   slot_ = std::make_unique<DecodeSlot>();
   slot_->decoder = decoder_.get();

@@ -61,10 +61,11 @@ class SpeculativeDecoder {
   // Runs the prompt but its last token through the target (REQUIRES: non-empty, shorter than
   // the context limit), unless `defer_prefill`: then the caller feeds it in chunks
   // (PrefillInput) before the first step. `target` and `proposer` must outlive the decoder.
-  // The target's cache lies in `pool` (a server's, shared by its sequences), else in
-  // options.pool, or in a pool of its own when both are null; where the pool caches prefixes,
-  // the prompt's longest cached prefix is adopted instead of computed (prefilled() starts
-  // there), and the committed full blocks are registered for later requests as decoding goes.
+  // The target's cache lies in `pool` (a server's, shared by its sequences), or in a pool of
+  // its own when null (options.pool is not read: SpeculativeGeneration passes it here); where
+  // the pool caches prefixes, the prompt's longest cached prefix is adopted instead of
+  // computed (prefilled() starts there), and the committed full blocks are registered for
+  // later requests as decoding goes.
   SpeculativeDecoder(const LlamaModel* target, Proposer* proposer, std::vector<int> prompt,
                      const GenerateOptions& options, bool defer_prefill = false,
                      std::shared_ptr<KVBlockPool> pool = nullptr);

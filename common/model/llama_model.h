@@ -104,9 +104,9 @@ class LlamaModel {
   // On CUDA with LoadOptions::cuda_graphs, outside autograd, a batch of at most
   // kStaticSeqs sequences of at most kStaticTokens new tokens each, whose caches share one
   // bounded pool (a server's), runs the shape-static forward: padded to powers of two in
-  // sequences, new tokens and cached positions, it replays the CUDA graph captured the first
-  // time that padded shape ran (at most kStaticGraphs per pool; beyond, the same forward runs
-  // eagerly). Its padding writes go to one scratch block the model takes from the pool at
+  // sequences, new tokens and cached positions, it replays that padded shape's CUDA graph,
+  // captured by PrepareStaticShapes() or else the first time the shape runs (at most
+  // kStaticGraphs per pool; beyond, the same forward runs eagerly). Its padding writes go to one scratch block the model takes from the pool at
   // first use and keeps while the pool lives; at most kStaticPools live pools at once take
   // this path (those past them run eagerly).
   // Call under c10::InferenceMode for serving. Under autograd (training) attention reads the
@@ -131,15 +131,29 @@ class LlamaModel {
   // these tensors (ForwardAten). Not to be called while another thread runs Forward().
   std::vector<at::Tensor> Parameters();
 
+  // Prepares `pool`'s shape-static forward for decode steps of at most `max_seqs` sequences of
+  // at most `max_tokens` new tokens each over at most `max_past` cached positions, asking the
+  // hidden states of `layers`: on CUDA, captures the graph of every padded shape such steps
+  // take (smallest contexts first, up to kStaticGraphs per pool), so that a server replays
+  // graphs from its first step instead of capturing as shapes first appear. The captures run
+  // on a scratch block alone: no cache's contents change. A no-op (returning 0) where Forward()
+  // would not take the static path for this pool. Returns the padded shapes the pool has;
+  // stops early if a capture fails (static_stats()). Bounds past kStaticSeqs, kStaticTokens or
+  // max_model_len are clamped to them.
+  int PrepareStaticShapes(const std::shared_ptr<KVBlockPool>& pool, int64_t max_seqs,
+                          int64_t max_tokens, int64_t max_past,
+                          const std::vector<int>& layers = {}) const;
+
   // Graphs per pool: a server of --max-batch 16 verifying up to 9 tokens a sequence over
   // contexts to 2K positions uses at most 5 x 5 x 8 = 200 padded shapes. A graph keeps its
   // padded rows' final hidden states, not their logits.
   static constexpr int64_t kStaticSeqs = 64, kStaticTokens = 16;
   static constexpr int kStaticGraphs = 256, kStaticPools = 4;
-  // The shape-static forward since load: forwards run, graphs captured, and failed captures
-  // (after the first, every forward runs eagerly; capture_error says why).
+  // The shape-static forward since load: forwards run, padded shapes met or prepared (per
+  // pool; each is a graph where graphs are on), graphs captured, and failed captures (after
+  // the first, every forward runs eagerly; capture_error says why).
   struct StaticStats {
-    int64_t forwards = 0, captures = 0, capture_failures = 0;
+    int64_t forwards = 0, shapes = 0, captures = 0, capture_failures = 0;
     std::string capture_error;
   };
   StaticStats static_stats() const;
@@ -195,9 +209,10 @@ class LlamaModel {
   };
   // Sequence b's new tokens take rows [b * shape.tokens, b * shape.tokens + its count); the
   // rest of its rows are padding, written to `scratch`; sequences past the batch's are padding
-  // entirely.
+  // entirely (an empty batch: a plan of the shape alone, for a capture). REQUIRES: the batch's
+  // caches lie in `pool`.
   AtenPlan PlanStatic(const std::vector<ForwardInput>& batch, const StaticShape& shape,
-                      int32_t scratch) const;
+                      KVBlockPool* pool, int32_t scratch) const;
   // Returns the final norm's output at the plan's out_rows (every row when -1), in the
   // activations' dtype, which the lm_head turns into logits; *hidden as Forward(). REQUIRES
   // plan.upload uploaded to the model's device.

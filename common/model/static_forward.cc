@@ -22,11 +22,12 @@ int64_t PowerOfTwoAtLeast(int64_t n) {
 }  // namespace
 
 // What the shape-static forward keeps per pool: a scratch block for the padding's writes and
-// the graphs captured over the pool's storage (a bounded pool's storage never moves).
+// the padded shapes met or prepared, each with the graph captured over the pool's storage (a
+// bounded pool's storage never moves) where graphs are on.
 struct LlamaModel::StaticState {
-  struct Graph {
-    std::unique_ptr<DeviceGraph> graph;
-    AtenPlan plan;              // the capture's: its upload is the graph's input buffer
+  struct Shape {
+    std::unique_ptr<DeviceGraph> graph;  // null: the shape runs eagerly
+    at::Tensor inputs;  // the graph's index buffer (the capture's upload)
     // The graph's outputs at every padded row: the final norm's (the lm_head runs outside the
     // graph on the rows asked alone) and the layers' hidden states.
     at::Tensor normed, hidden;
@@ -34,9 +35,9 @@ struct LlamaModel::StaticState {
   struct Pool {
     std::weak_ptr<KVBlockPool> pool;  // its graphs are dropped once the pool is gone
     int32_t scratch = -1;
-    std::map<StaticShape, Graph> graphs;
+    std::map<StaticShape, Shape> shapes;
     ~Pool() {
-      graphs.clear();  // before the pool's block goes back
+      shapes.clear();  // before the pool's block goes back
       if (std::shared_ptr<KVBlockPool> p = pool.lock()) p->Release(scratch);
     }
   };
@@ -60,6 +61,41 @@ struct LlamaModel::StaticState {
     return pools.back().get();
   }
 
+  // Whether new shapes are captured: on CUDA with LoadOptions::cuda_graphs, until a capture
+  // fails.
+  bool GraphsOn(const LlamaModel& m) const {
+    return m.cuda_graphs_ && m.device().is_cuda() && DeviceGraph::Supported() &&
+           stats.capture_failures == 0;
+  }
+
+  // Adds `shape` to `entry` from `plan` (uploaded): its graph, captured over the plan, where
+  // graphs are on. Runs nothing of the capture (callers replay it or run the plan eagerly).
+  // Null once the entry holds kStaticGraphs shapes.
+  Shape* Add(const LlamaModel& m, Pool* entry, const StaticShape& shape, AtenPlan& plan,
+             const std::vector<int>& layers) {
+    if (static_cast<int>(entry->shapes.size()) >= kStaticGraphs) return nullptr;
+    Shape added;
+    if (GraphsOn(m)) {
+      if (!have_graph_pool) {
+        graph_pool = DeviceGraph::NewPool();
+        have_graph_pool = true;
+      }
+      try {
+        added.graph = DeviceGraph::Capture(m.device(), graph_pool, [&] {
+          added.normed = m.RunAten(plan, layers, &added.hidden);
+        });
+        added.inputs = plan.upload.uploaded();
+        ++stats.captures;
+      } catch (const c10::Error& e) {  // the model runs eagerly from now on
+        added = Shape();
+        ++stats.capture_failures;
+        stats.capture_error = e.what_without_backtrace();
+      }
+    }
+    ++stats.shapes;
+    return &entry->shapes.emplace(shape, std::move(added)).first->second;
+  }
+
   std::mutex mu;  // everything below; held through a forward (replays share buffers)
   std::vector<std::unique_ptr<Pool>> pools;
   bool have_graph_pool = false;
@@ -77,10 +113,11 @@ LlamaModel::StaticStats LlamaModel::static_stats() const {
 }
 
 LlamaModel::AtenPlan LlamaModel::PlanStatic(const std::vector<ForwardInput>& batch,
-                                            const StaticShape& shape, int32_t scratch) const {
+                                            const StaticShape& shape, KVBlockPool* pool,
+                                            int32_t scratch) const {
   const auto& c = config_;
   AtenPlan p;
-  p.f = Flatten(batch);
+  if (!batch.empty()) p.f = Flatten(batch);
   const FlatBatch& f = p.f;
   const int64_t n = shape.tokens, N = p.rows = shape.seqs * n;
   const int64_t real = f.ids.size();
@@ -118,7 +155,7 @@ LlamaModel::AtenPlan LlamaModel::PlanStatic(const std::vector<ForwardInput>& bat
       inputs.push_back({&scratch_table, b * n, 0, n, nullptr, 0});
     }
   }
-  p.pools = {batch.front().cache->pool()};
+  p.pools = {pool};
   p.attention.emplace_back(inputs, N, n, shape.past, c.num_attention_heads,
                            c.num_key_value_heads, c.head_dim, &p.upload, scratch);
   // The rows of the logits and hidden states returned, padded to N so that the upload's size
@@ -154,41 +191,27 @@ at::Tensor LlamaModel::ForwardStatic(const std::vector<ForwardInput>& batch,
   std::lock_guard<std::mutex> lock(static_->mu);
   StaticState::Pool* entry = static_->For(first->pool_);
   if (entry == nullptr) return {};
-  AtenPlan plan = PlanStatic(batch, shape, entry->scratch);  // throws before any change
+  AtenPlan plan = PlanStatic(batch, shape, first->pool(), entry->scratch);  // throws first
 
-  at::Tensor normed, states;  // every padded row
-  const bool graphs = cuda_graphs_ && device().is_cuda() && DeviceGraph::Supported() &&
-                      static_->stats.capture_failures == 0;
-  auto it = graphs ? entry->graphs.find(shape) : entry->graphs.end();
-  if (it != entry->graphs.end()) {  // this shape's graph: the indices into its buffer, replayed
-    StaticState::Graph& g = it->second;
-    plan.upload.UploadInto(g.plan.upload.uploaded());
-    g.graph->Replay();
-    normed = g.normed;
-    states = g.hidden;
+  // A known shape's graph replays with this forward's indices in its buffer. A new shape is
+  // added (its graph captured where graphs are on); a capture runs nothing, so the new graph's
+  // first replay is this forward's work.
+  auto it = entry->shapes.find(shape);
+  StaticState::Shape* known = it != entry->shapes.end() ? &it->second : nullptr;
+  auto replays = [&] { return known != nullptr && known->graph && static_->GraphsOn(*this); };
+  if (replays()) {
+    plan.upload.UploadInto(known->inputs);
   } else {
     plan.upload.Upload(device());
-    if (graphs && static_cast<int>(entry->graphs.size()) < kStaticGraphs) {
-      if (!static_->have_graph_pool) {
-        static_->graph_pool = DeviceGraph::NewPool();
-        static_->have_graph_pool = true;
-      }
-      StaticState::Graph g;
-      try {
-        g.graph = DeviceGraph::Capture(device(), static_->graph_pool,
-                                       [&] { g.normed = RunAten(plan, layers, &g.hidden); });
-        g.graph->Replay();  // the capture ran nothing: this forward's work
-        normed = g.normed;
-        states = g.hidden;
-        g.plan = plan;
-        entry->graphs.emplace(shape, std::move(g));
-        ++static_->stats.captures;
-      } catch (const c10::Error& e) {  // the forward runs eagerly from now on
-        ++static_->stats.capture_failures;
-        static_->stats.capture_error = e.what_without_backtrace();
-      }
-    }
-    if (!normed.defined()) normed = RunAten(plan, layers, &states);
+    if (known == nullptr) known = static_->Add(*this, entry, shape, plan, layers);
+  }
+  at::Tensor normed, states;  // every padded row
+  if (replays()) {
+    known->graph->Replay();
+    normed = known->normed;
+    states = known->hidden;
+  } else {
+    normed = RunAten(plan, layers, &states);
   }
   // The returned rows; the parts are those of this forward's indices wherever they lie.
   const FlatBatch& f = plan.f;
@@ -202,6 +225,46 @@ at::Tensor LlamaModel::ForwardStatic(const std::vector<ForwardInput>& batch,
   for (size_t b = 0; b < batch.size(); ++b) batch[b].cache->length_ = f.past[b] + f.lengths[b];
   ++static_->stats.forwards;
   return result;
+}
+
+int LlamaModel::PrepareStaticShapes(const std::shared_ptr<KVBlockPool>& pool, int64_t max_seqs,
+                                    int64_t max_tokens, int64_t max_past,
+                                    const std::vector<int>& layers) const {
+  if (pool == nullptr || !pool->bounded() || max_seqs < 1 || max_tokens < 1) return 0;
+  for (const int l : layers) {
+    TORCH_CHECK(l >= 0 && l < config_.num_hidden_layers, "hidden states of layer ", l,
+                " asked of a model of ", config_.num_hidden_layers, " layers");
+  }
+  std::lock_guard<std::mutex> lock(static_->mu);
+  if (!static_shapes_ && !static_->GraphsOn(*this)) return 0;
+  StaticState::Pool* entry = static_->For(pool);
+  if (entry == nullptr) return 0;
+  c10::InferenceMode guard;  // as serving's forwards run
+  const int64_t seqs_max = PowerOfTwoAtLeast(std::min(max_seqs, kStaticSeqs));
+  const int64_t tokens_max = PowerOfTwoAtLeast(std::min(max_tokens, kStaticTokens));
+  // A forward's past is its longest cache before the new tokens, so below the context limit.
+  const int64_t past_max = PowerOfTwoAtLeast(std::max<int64_t>(
+      std::min<int64_t>(max_past, config_.max_model_len) - 1, KVBlockPool::kBlockTokens));
+  StaticShape shape;
+  shape.layers = layers;
+  for (shape.past = KVBlockPool::kBlockTokens; shape.past <= past_max; shape.past *= 2) {
+    for (shape.seqs = 1; shape.seqs <= seqs_max; shape.seqs *= 2) {
+      for (shape.tokens = 1; shape.tokens <= tokens_max; shape.tokens *= 2) {
+        if (entry->shapes.count(shape) != 0) continue;
+        AtenPlan plan = PlanStatic({}, shape, pool.get(), entry->scratch);
+        plan.upload.Upload(device());
+        StaticState::Shape* added = static_->Add(*this, entry, shape, plan, layers);
+        if (added == nullptr || static_->stats.capture_failures > 0) {
+          return static_cast<int>(entry->shapes.size());
+        }
+        if (!added->graph) {  // no graph (forced static shapes): the plan runs all the same
+          at::Tensor states;
+          RunAten(plan, layers, &states);
+        }
+      }
+    }
+  }
+  return static_cast<int>(entry->shapes.size());
 }
 
 }  // namespace specloop

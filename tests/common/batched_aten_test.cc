@@ -252,6 +252,80 @@ TEST(StaticShapeForwardOnCuda, GraphsReplayWhatTheEagerForwardComputes) {
   }
 }
 
+// On CUDA: graphs captured at start-up (PrepareStaticShapes, from plans of the shape alone)
+// replay what the eager forward computes for the batches that later take them, and no step
+// captures anew.
+TEST(StaticShapeForwardOnCuda, PreparedGraphsReplayWhatTheEagerForwardComputes) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  c10::InferenceMode guard;
+  LoadOptions graphs, eager;
+  graphs.device = eager.device = "cuda";
+  graphs.dtype = eager.dtype = "float32";
+  eager.cuda_graphs = false;
+  std::unique_ptr<LlamaModel> g, e;
+  const std::string dir = testing::SharedDir() + "/models/target-6m";
+  ASSERT_TRUE(LlamaModel::Load(dir, graphs, &g).ok());
+  ASSERT_TRUE(LlamaModel::Load(dir, eager, &e).ok());
+  std::shared_ptr<KVBlockPool> pool = g->NewBlockPool(512, false);
+  // 16 sequences of 16 tokens over up to 128 positions: 5 x 5 x 4 shapes.
+  EXPECT_EQ(g->PrepareStaticShapes(pool, 16, 16, 129, {0, 2}), 100);
+  EXPECT_EQ(g->static_stats().capture_failures, 0) << g->static_stats().capture_error;
+  const int64_t captured = g->static_stats().captures;
+  EXPECT_EQ(captured, 100);
+  for (const int seqs : {1, 4, 16}) {
+    const StaticRun want = RunDecodeSteps(*e, seqs, 7);
+    const StaticRun got = RunDecodeSteps(*g, seqs, 7, pool);
+    EXPECT_EQ(got.static_forwards, seqs == 1 ? 7 : 6) << seqs;
+    for (int step = 0; step < 7; ++step) {
+      ASSERT_EQ(want.logprobs[step].sizes(), got.logprobs[step].sizes());
+      EXPECT_LT((want.logprobs[step] - got.logprobs[step]).abs().max().item<double>(),
+                kLogProbTol)
+          << seqs << " sequences, step " << step;
+    }
+  }
+  EXPECT_EQ(g->static_stats().captures, captured) << "a step captured a shape not prepared";
+}
+
+// PrepareStaticShapes on the CPU (forced static shapes, no graphs): it registers every padded
+// shape of its bounds, each run once from a plan of the shape alone, without touching a cache;
+// the decode steps within those bounds then meet no new shape, and one past them does.
+TEST(StaticShapeForwardPrepare, RegistersEveryPaddedShapeOfItsBounds) {
+  c10::InferenceMode guard;
+  auto m = testing::RandomModel(testing::TinyFourLayerConfig(), 6);  // 128 positions
+  auto pool = m->NewBlockPool(512, false);
+  const int64_t free_before = pool->available();
+  EXPECT_EQ(m->PrepareStaticShapes(pool, 4, 9, 128, {0, 2}), 0);  // the static path is off
+  EXPECT_EQ(pool->available(), free_before);
+  m->set_use_small_cpu_path(false);
+  m->set_static_shapes(true);
+  // Sequences {1, 2, 4} x tokens {1, 2, 4, 8, 16} x cached positions {16, 32, 64, 128}.
+  EXPECT_EQ(m->PrepareStaticShapes(pool, 4, 9, 128, {0, 2}), 60);
+  EXPECT_EQ(m->static_stats().shapes, 60);
+  EXPECT_EQ(m->static_stats().forwards, 0);
+  EXPECT_EQ(pool->available(), free_before - 1);  // the scratch block alone
+  EXPECT_EQ(m->PrepareStaticShapes(pool, 4, 9, 128, {0, 2}), 60);  // nothing new
+  EXPECT_EQ(m->static_stats().shapes, 60);
+
+  const StaticRun run = RunDecodeSteps(*m, 4, 7, pool);  // contexts stay under 128
+  EXPECT_EQ(run.static_forwards, 6);
+  EXPECT_EQ(m->static_stats().shapes, 60) << "a step met a shape not prepared";
+  std::vector<KVCache> five;  // companion: 5 sequences pad to 8, past the bounds
+  std::vector<ForwardInput> batch;
+  for (int s = 0; s < 5; ++s) {
+    five.push_back(m->NewCache(pool));
+  }
+  for (int s = 0; s < 5; ++s) {
+    batch.push_back({&five[s], RandomTokens(2, m->config().vocab_size, 30 + s), false, {}, {}});
+  }
+  at::Tensor hidden;
+  m->Forward(batch, {0, 2}, &hidden);
+  EXPECT_EQ(m->static_stats().shapes, 61);
+
+  // Bounds past kStaticSeqs, kStaticTokens and max_model_len are clamped to them.
+  auto other = m->NewBlockPool(64, false);
+  EXPECT_EQ(m->PrepareStaticShapes(other, 1000, 1000, 1000), 7 * 5 * 4);
+}
+
 TEST(StaticShapeForwardScope, TakesOnlyDecodeShapedBatchesInOneBoundedPool) {
   c10::InferenceMode guard;
   auto m = testing::RandomModel(testing::TinyConfig(), 5);

@@ -2,6 +2,7 @@
 // prefix caching serves a shared prompt prefix from cached blocks with the same greedy output;
 // a pool smaller than the load queues requests and preempts sequences, and every request still
 // completes with the target's greedy output; a request that could never fit is refused.
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -188,6 +189,37 @@ TEST_F(PagedKv, ARequestThatCouldNeverFitIsRefusedAndOthersAreServed) {
   Submit(Ids(0, 300), static_cast<int>(capacity), Scheduler::SubmitResult::kTooLarge);
   auto ch = Submit(Ids(0, 300), 16);
   EXPECT_EQ(Drain(ch.get(), 16), PlainGreedy(Ids(0, 300), 16));
+}
+
+// Start() prepares the shape-static forward for every padded shape a decode step can take (on
+// CUDA it captures their graphs; here, forced on the CPU, it registers each shape): up to
+// max_batch 4 sequences of up to 16 tokens over any context the pool holds. A request alone,
+// then three at once, at k 3, with prompts short enough for the static path and longer, then
+// meet no shape it did not prepare.
+TEST_F(PagedKv, StartPreparesEveryDecodeShapeServingMeets) {
+  target_->set_use_small_cpu_path(false);
+  target_->set_static_shapes(true);
+  SchedulerOptions o;
+  o.max_batch = 4;
+  o.k = 3;
+  o.kv_cache_mb = 3;
+  ASSERT_TRUE(Start(o).ok());
+  const int64_t context =
+      std::min<int64_t>(target_->config().max_model_len, scheduler_->kv_cache_tokens());
+  int buckets = 1;  // cached positions padded to 16, 32, ..., at least context - 1
+  for (int64_t p = KVBlockPool::kBlockTokens; p < context - 1; p *= 2) ++buckets;
+  const LlamaModel::StaticStats prepared = target_->static_stats();
+  EXPECT_EQ(prepared.shapes, 3 * 5 * buckets);  // sequences {1, 2, 4} x tokens {1, ..., 16}
+  EXPECT_EQ(prepared.forwards, 0);
+
+  auto alone = Submit(Ids(0, 14), 24);  // its prompt alone in a forward: 13 tokens, padded to 16
+  Drain(alone.get(), 24);
+  std::vector<std::shared_ptr<RequestChannel>> channels;
+  for (const int n : {10, 60, 100}) channels.push_back(Submit(Ids(300 * n, n), 24));
+  for (auto& ch : channels) Drain(ch.get(), 24);
+  EXPECT_GE(target_->static_stats().forwards, 6);  // 24 tokens: at least 6 steps of k 3
+  EXPECT_EQ(target_->static_stats().shapes, prepared.shapes)
+      << "a step met a shape Start() did not prepare";
 }
 
 // The default KV budget (--kv-cache-mb 0) follows max_model_len and the machine's memory, not
