@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/spec/tensor_sampling.h"
+#include "common/spec/tensor_upload.h"
 #include "common/spec/tensor_verify.h"
 
 namespace specloop {
@@ -32,7 +33,7 @@ at::Tensor UploadIndex(const std::vector<DeviceChain>& chains, const Group& g, i
     for (int64_t i = 0; i <= K; ++i) row[1 + i] = c.first_row + std::min(i, k);
     for (int64_t i = 0; i < k; ++i) row[2 + K + i] = c.draft->tokens[i];
   }
-  return host.to(device);
+  return spec::ToDeviceAsync(host, device);
 }
 
 // [B, K + 1, V]: the group's rows of `logits`, gathered by the upload's indices.
@@ -96,7 +97,7 @@ Status VerifySampled(const at::Tensor& logits, const std::vector<DeviceChain>& c
       const std::vector<float>& probs = chains[g[b]].draft->probs;
       std::memcpy(q + b * K * V, probs.data(), probs.size() * sizeof(float));
     }
-    q_dev = q_host.to(logits.device());
+    q_dev = spec::ToDeviceAsync(q_host, logits.device());
   }
   for (int64_t b = 0; b < B; ++b) {
     const at::Tensor& rows = chains[g[b]].draft_probs;

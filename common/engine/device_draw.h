@@ -33,4 +33,12 @@ struct DrawRow {
 std::vector<int64_t> DrawOnDevice(const at::Tensor& logits, const std::vector<DrawRow>& rows,
                                   at::Tensor* q);
 
+// DrawOnDevice for rows that never stop early (min_confidence 0: every row draws), without the
+// copy back: the tokens stay where the logits are, [rows] int64, for the next draft forward to
+// read there (LlamaModel::Forward's token_ids), so that a chain's forwards queue one after
+// another with no wait for the device. Each sampled row's stream advances by one uniform.
+// Throws std::invalid_argument for a row with min_confidence > 0, and as DrawOnDevice.
+at::Tensor DrawOnDeviceAsync(const at::Tensor& logits, const std::vector<DrawRow>& rows,
+                             at::Tensor* q);
+
 }  // namespace specloop

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "common/engine/device_draw.h"
+#include "common/spec/tensor_upload.h"
 #include "common/spec/rrs.h"
 
 #include <ATen/ATen.h>
@@ -218,6 +219,12 @@ void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items, bool 
     }
   }
   if (chains.empty()) return;
+  bool never_stop = on_device;
+  for (const BatchItem* c : chains) never_stop = never_stop && c->proposer->min_confidence_ <= 0;
+  if (never_stop) {
+    ProposeChainsOnDevice(chains);
+    return;
+  }
   const LlamaModel* draft = chains.front()->proposer->draft_;
   const int V = draft->config().vocab_size;
   const size_t n = chains.size();
@@ -298,6 +305,135 @@ void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items, bool 
     }
     const int drafted = chains[j]->out->tokens.size();
     chains[j]->proposer->last_seconds_ =
+        forwards[j] > 0 ? seconds[j] * drafted / forwards[j] : (drafted > 0 ? -1.0 : 0.0);
+  }
+}
+
+// Every row draws (no chain stops early), so which chains go on after a position depends on
+// the position alone (Keep), not on the token drawn: the chains' inputs and cached_ hold
+// placeholder zeros while the tokens stay on the device, each forward reading the last draw's,
+// and one copy at the end puts them in. The forwards are timed together by that copy's end
+// (their queueing returns before the device runs them), each split by its rows as
+// ProposeBatch's; a catch-up waits for its own first forward to be timed apart.
+void DraftModelProposer::ProposeChainsOnDevice(const std::vector<const BatchItem*>& chains) {
+  using Clock = std::chrono::steady_clock;
+  const LlamaModel* draft = chains.front()->proposer->draft_;
+  const size_t n = chains.size();
+  std::vector<ForwardInput> inputs;
+  std::vector<size_t> fed(n), base(n);  // base: cached_'s length before the drafted tokens
+  size_t total_fed = 0;
+  bool catch_up = false;
+  for (size_t j = 0; j < n; ++j) {
+    DraftModelProposer& p = *chains[j]->proposer;
+    inputs.push_back(p.FeedInput(*chains[j]->context));
+    fed[j] = inputs.back().tokens.size();
+    base[j] = p.cached_.size();
+    total_fed += fed[j];
+    catch_up = catch_up || fed[j] > kSteadyFeed;
+  }
+  std::vector<double> seconds(n, 0.0), weight(n, 0.0);  // weight: its share of `untimed`
+  std::vector<int> forwards(n, 0);
+  int untimed = 0;  // forwards timed together at the end
+  std::vector<at::Tensor> drawn;             // per position: its rows' tokens, on the device
+  std::vector<std::vector<size_t>> row_of;   // per position: the chain of each row
+  try {
+    auto t0 = Clock::now();
+    at::Tensor logits = draft->Forward(inputs);
+    if (catch_up) {
+      logits.select(0, 0).select(0, 0).item<float>();  // waits for this forward alone
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      for (size_t j = 0; j < n; ++j) {
+        const double share = dt * fed[j] / std::max<size_t>(1, total_fed);
+        if (fed[j] > kSteadyFeed) {
+          chains[j]->proposer->last_catch_up_ = {static_cast<int64_t>(fed[j]), share};
+        } else {
+          seconds[j] += share;
+          forwards[j] = 1;
+        }
+      }
+      t0 = Clock::now();
+    } else {
+      ++untimed;
+      for (size_t j = 0; j < n; ++j) {
+        weight[j] += 1.0 / n;
+        forwards[j] = 1;
+      }
+    }
+    std::vector<size_t> active(n);
+    for (size_t j = 0; j < n; ++j) active[j] = j;
+    for (int i = 0;; ++i) {
+      std::vector<DrawRow> rows;
+      for (size_t j : active) {
+        DraftModelProposer& p = *chains[j]->proposer;
+        rows.push_back({p.sampling_, 0.0f, &p.rng_});
+      }
+      at::Tensor q;
+      drawn.push_back(DrawOnDeviceAsync(logits, rows, &q));
+      row_of.push_back(active);
+      std::vector<size_t> next_active;
+      std::vector<int64_t> kept_rows;
+      inputs.clear();
+      for (size_t r = 0; r < active.size(); ++r) {
+        const BatchItem& item = *chains[active[r]];
+        DraftModelProposer& p = *item.proposer;
+        if (!p.sampling_.greedy()) p.device_rows_.push_back(q.select(0, r));
+        if (p.Keep(0, i, item.max_k, item.out) < 0) continue;  // 0: the token comes at the end
+        ForwardInput in;
+        in.cache = &p.cache_;
+        in.tokens = {0};
+        inputs.push_back(std::move(in));
+        next_active.push_back(active[r]);
+        kept_rows.push_back(r);
+      }
+      if (next_active.empty()) break;
+      at::Tensor ids = drawn.back();
+      if (next_active.size() < active.size()) {
+        ids = ids.index_select(
+            0, spec::ToDeviceAsync(at::tensor(kept_rows, at::kLong), ids.device()));
+      }
+      active = std::move(next_active);
+      logits = draft->Forward(inputs, {}, nullptr, ids);
+      ++untimed;
+      for (size_t j : active) {
+        weight[j] += 1.0 / active.size();
+        ++forwards[j];
+      }
+    }
+    const at::Tensor tokens = at::cat(drawn).to(at::kCPU);  // the one copy back
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    const int64_t* t = tokens.data_ptr<int64_t>();
+    for (size_t i = 0; i < drawn.size(); ++i) {
+      for (const size_t j : row_of[i]) {
+        DraftModelProposer& p = *chains[j]->proposer;
+        chains[j]->out->tokens[i] = static_cast<int>(*t);
+        // Every position but a chain's last was fed after cached_'s first base[j] tokens.
+        if (base[j] + i < p.cached_.size()) p.cached_[base[j] + i] = static_cast<int>(*t);
+        ++t;
+      }
+    }
+    for (size_t j = 0; j < n; ++j) {
+      if (untimed > 0) seconds[j] += dt * weight[j] / untimed;
+    }
+  } catch (...) {
+    // No placeholder stays where a later block would read it as a token, and cached_ claims
+    // nothing a failed forward left out of the cache (the next feed truncates the cache to it).
+    for (size_t j = 0; j < n; ++j) {
+      DraftModelProposer& p = *chains[j]->proposer;
+      const size_t in_cache = static_cast<size_t>(p.cache_.length());
+      p.cached_.resize(std::min({p.cached_.size(), base[j], in_cache}));
+      p.device_rows_.clear();
+      chains[j]->out->Clear();
+    }
+    throw;
+  }
+  for (size_t j = 0; j < n; ++j) {
+    DraftModelProposer& p = *chains[j]->proposer;
+    if (!p.device_rows_.empty()) {
+      p.device_probs_ = at::stack(p.device_rows_);
+      p.device_rows_.clear();
+    }
+    const int drafted = chains[j]->out->tokens.size();
+    p.last_seconds_ =
         forwards[j] > 0 ? seconds[j] * drafted / forwards[j] : (drafted > 0 ? -1.0 : 0.0);
   }
 }

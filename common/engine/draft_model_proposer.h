@@ -65,8 +65,11 @@ class DraftModelProposer : public Proposer {
   // draft model.
   //
   // `on_device` (DecodeStep's device path, device_chain_verify.h): each drafted position of the
-  // chains is drawn where the draft's logits are, never copied to the host (device_draw.h):
-  // one copy of the chains' tokens back per forward. A sampled chain's q rows stay there
+  // chains is drawn where the draft's logits are, never copied to the host (device_draw.h).
+  // Where no chain may stop early (min_confidence 0, as serving drafts) the drawn tokens stay
+  // there too: each forward reads the last draw's (LlamaModel::Forward's token_ids), so the
+  // forwards queue without waiting for the device, and one copy at the end brings every
+  // chain's tokens back; otherwise one copy per forward. A sampled chain's q rows stay there
   // (device_probs()) and its DraftBlock::probs is left empty. The tokens are the host path's
   // with the same streams, up to float rounding at a CDF boundary or at min_confidence.
   struct BatchItem {
@@ -115,6 +118,8 @@ class DraftModelProposer : public Proposer {
   // Rolls the cache back to `keep` tokens and returns the forward feeding context[keep, end).
   ForwardInput Feed(const std::vector<int>& context, size_t keep, size_t end);
 
+  // ProposeBatch's on-device path for chains none of which stops early (see ProposeBatch).
+  static void ProposeChainsOnDevice(const std::vector<const BatchItem*>& chains);
   // Drafts a tree of depth <= max_k from `logits` (the row after the context) into `out`.
   void ProposeTree(int max_k, at::Tensor logits, DraftBlock* out, int* forwards);
   // Keeps in the cache only the path of the last tree that the context accepted.

@@ -7,6 +7,7 @@
 
 #include "common/base/clock.h"
 #include "common/engine/device_draw.h"
+#include "common/spec/tensor_upload.h"
 
 namespace specloop {
 
@@ -129,14 +130,32 @@ void FeatureDraftProposer::ProposeBatch(const std::vector<BatchItem>& items, boo
   std::vector<double> seconds(n, 0.0);
   std::vector<int> forwards(n, 0);
 
+  // Where no chain stops early on the device, the drawn tokens stay there, each forward
+  // reading the last draw's (Eagle3Head::Forward's token_ids), and one copy at the end brings
+  // them back; the forwards are then timed together by that copy's end, each split by its
+  // rows (a catch-up waits for its own first forward to be timed apart).
+  bool deferred = on_device;
+  for (const BatchItem* c : chains) deferred = deferred && c->proposer->min_confidence_ <= 0;
+  std::vector<double> weight(n, 0.0);  // deferred: each chain's share of the untimed forwards
+  int untimed = 0;
+  std::vector<at::Tensor> drawn_at;             // deferred, per position: its rows' target ids
+  std::vector<std::vector<size_t>> row_of;      // ... and the chain of each row
+
   // The first forward: every chain's new positions; its time split by rows.
   std::vector<int64_t> fed(n);
   int64_t total_fed = 0;
-  for (size_t j = 0; j < n; ++j) total_fed += fed[j] = inputs[j].tokens.size();
+  bool catch_up = false;
+  for (size_t j = 0; j < n; ++j) {
+    total_fed += fed[j] = inputs[j].tokens.size();
+    catch_up = catch_up || fed[j] > chains[j]->proposer->last_block_ + 1;
+  }
   auto t0 = Clock::now();
   at::Tensor hidden;
   at::Tensor logits = logits_of(head.Forward(inputs, &hidden));
+  const bool timed = !deferred || catch_up;
+  if (deferred && catch_up) logits.select(0, 0).select(0, 0).item<float>();  // waits for it
   double dt = SecondsSince(t0);
+  if (!timed) ++untimed;
   for (size_t j = 0; j < n; ++j) {
     FeatureDraftProposer& p = *chains[j]->proposer;
     p.fed_ += fed[j];
@@ -147,64 +166,116 @@ void FeatureDraftProposer::ProposeBatch(const std::vector<BatchItem>& items, boo
     if (fed[j] > p.last_block_ + 1) {
       p.last_catch_up_ = {fed[j], share};
     } else {
-      seconds[j] += share;
+      if (timed) {
+        seconds[j] += share;
+      } else {
+        weight[j] += 1.0 / n;
+      }
       forwards[j] = 1;
     }
   }
+  if (deferred && timed) t0 = Clock::now();  // the untimed forwards start here
 
   // Then one forward per drafted position over the chains still drafting; row r of `logits`
   // and `hidden` belongs to chain active[r].
   std::vector<size_t> active(n);
   for (size_t j = 0; j < n; ++j) active[j] = j;
-  for (int i = 0; !active.empty(); ++i) {
-    std::vector<size_t> next_active;
-    inputs.clear();
-    std::vector<int64_t> drawn;  // on the device: the rows' draft ids
-    at::Tensor q;                // ... and their q over the target's vocabulary
-    if (on_device) {
-      std::vector<DrawRow> rows;
-      for (size_t j : active) {
-        FeatureDraftProposer& p = *chains[j]->proposer;
-        rows.push_back({p.sampling_, p.min_confidence_, &p.rng_});
-      }
-      drawn = DrawOnDevice(logits, rows, &q);
-      if (q.defined() && Vd < V) {  // q over the target's vocabulary, zero elsewhere
-        if (!target_ids.defined()) {
-          const std::vector<int>& ids = head.draft_to_target();
-          target_ids = at::tensor(std::vector<int64_t>(ids.begin(), ids.end())).to(q.device());
+  try {
+    for (int i = 0; !active.empty(); ++i) {
+      std::vector<size_t> next_active;
+      std::vector<int64_t> kept_rows;
+      inputs.clear();
+      std::vector<int64_t> drawn;  // on the device: the rows' draft ids
+      at::Tensor q;                // ... and their q over the target's vocabulary
+      if (on_device) {
+        std::vector<DrawRow> rows;
+        for (size_t j : active) {
+          FeatureDraftProposer& p = *chains[j]->proposer;
+          rows.push_back({p.sampling_, p.min_confidence_, &p.rng_});
         }
-        q = at::zeros({q.size(0), V}, q.options()).index_copy_(1, target_ids, q);
+        at::Tensor draft_ids;
+        if (deferred) {
+          draft_ids = DrawOnDeviceAsync(logits, rows, &q);
+        } else {
+          drawn = DrawOnDevice(logits, rows, &q);
+        }
+        if ((q.defined() || deferred) && Vd < V && !target_ids.defined()) {
+          const std::vector<int>& map = head.draft_to_target();
+          target_ids = spec::ToDeviceAsync(
+              at::tensor(std::vector<int64_t>(map.begin(), map.end())), logits.device());
+        }
+        if (q.defined() && Vd < V) {  // q over the target's vocabulary, zero elsewhere
+          q = at::zeros({q.size(0), V}, q.options()).index_copy_(1, target_ids, q);
+        }
+        if (deferred) {
+          drawn_at.push_back(Vd < V ? target_ids.index_select(0, draft_ids) : draft_ids);
+          row_of.push_back(active);
+        }
+      }
+      for (size_t r = 0; r < active.size(); ++r) {
+        const BatchItem& item = *chains[active[r]];
+        FeatureDraftProposer& p = *item.proposer;
+        int token = -1;
+        if (!on_device) {
+          token = p.Draw(logits.data_ptr<float>() + r * Vd, item.out);
+        } else if (deferred || drawn[r] >= 0) {
+          token = deferred ? 0 : p.head_->ToTarget(static_cast<int>(drawn[r]));  // 0: comes last
+          item.out->tokens.push_back(token);
+          if (!p.sampling_.greedy()) p.device_rows_.push_back(q.select(0, r));
+        }
+        // The last token of a block is never fed: its q is all verification needs.
+        if (token < 0 || i + 1 == item.max_k) continue;
+        Eagle3Head::Input in;
+        in.cache = &p.cache_;
+        in.hidden = hidden.narrow(0, r, 1);
+        in.tokens = {token};
+        inputs.push_back(std::move(in));
+        next_active.push_back(active[r]);
+        kept_rows.push_back(r);
+      }
+      at::Tensor ids;  // deferred: the next forward's tokens
+      if (deferred && !next_active.empty()) {
+        ids = drawn_at.back();
+        if (next_active.size() < active.size()) {
+          ids = ids.index_select(
+              0, spec::ToDeviceAsync(at::tensor(kept_rows, at::kLong), ids.device()));
+        }
+      }
+      active = std::move(next_active);
+      if (active.empty()) break;
+      if (!deferred) t0 = Clock::now();
+      logits = logits_of(head.Forward(inputs, &hidden, ids));
+      if (deferred) {
+        ++untimed;
+        for (size_t j : active) {
+          weight[j] += 1.0 / active.size();
+          ++forwards[j];
+        }
+        continue;
+      }
+      dt = SecondsSince(t0);
+      for (size_t j : active) {
+        seconds[j] += dt / active.size();
+        ++forwards[j];
       }
     }
-    for (size_t r = 0; r < active.size(); ++r) {
-      const BatchItem& item = *chains[active[r]];
-      FeatureDraftProposer& p = *item.proposer;
-      int token = -1;
-      if (!on_device) {
-        token = p.Draw(logits.data_ptr<float>() + r * Vd, item.out);
-      } else if (drawn[r] >= 0) {
-        token = p.head_->ToTarget(static_cast<int>(drawn[r]));
-        item.out->tokens.push_back(token);
-        if (!p.sampling_.greedy()) p.device_rows_.push_back(q.select(0, r));
+    if (deferred) {
+      const at::Tensor tokens = at::cat(drawn_at).to(at::kCPU);  // the one copy back
+      const double wait = SecondsSince(t0);
+      const int64_t* t = tokens.data_ptr<int64_t>();
+      for (size_t i = 0; i < drawn_at.size(); ++i) {
+        for (const size_t j : row_of[i]) chains[j]->out->tokens[i] = static_cast<int>(*t++);
       }
-      // The last token of a block is never fed: its q is all verification needs.
-      if (token < 0 || i + 1 == item.max_k) continue;
-      Eagle3Head::Input in;
-      in.cache = &p.cache_;
-      in.hidden = hidden.narrow(0, r, 1);
-      in.tokens = {token};
-      inputs.push_back(std::move(in));
-      next_active.push_back(active[r]);
+      for (size_t j = 0; j < n; ++j) {
+        if (untimed > 0) seconds[j] += wait * weight[j] / untimed;
+      }
     }
-    active = std::move(next_active);
-    if (active.empty()) break;
-    t0 = Clock::now();
-    logits = logits_of(head.Forward(inputs, &hidden));
-    dt = SecondsSince(t0);
-    for (size_t j : active) {
-      seconds[j] += dt / active.size();
-      ++forwards[j];
+  } catch (...) {  // no placeholder token reaches a caller
+    for (const BatchItem* c : chains) {
+      c->out->Clear();
+      c->proposer->device_rows_.clear();
     }
+    throw;
   }
   for (size_t j = 0; j < n; ++j) {
     FeatureDraftProposer& p = *chains[j]->proposer;

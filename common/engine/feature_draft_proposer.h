@@ -54,8 +54,9 @@ class FeatureDraftProposer : public Proposer {
   // One Propose() for each of several sequences, their head forwards batched: the first runs
   // every sequence's new positions, then each drafted position of the chains still drafting.
   // REQUIRES: every proposer has the same head. `on_device`: the drafted positions are drawn
-  // where the head's logits are (device_draw.h), as DraftModelProposer::ProposeBatch's; a
-  // sampled chain's q rows (over the target's vocabulary) stay there, device_probs().
+  // where the head's logits are (device_draw.h), as DraftModelProposer::ProposeBatch's (where
+  // no chain stops early, the drawn tokens stay there until one copy after the last forward);
+  // a sampled chain's q rows (over the target's vocabulary) stay there, device_probs().
   struct BatchItem {
     FeatureDraftProposer* proposer;
     const std::vector<int>* context;

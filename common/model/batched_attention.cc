@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/model/kv_block_pool.h"
+#include "common/spec/tensor_upload.h"
 
 namespace specloop {
 
@@ -15,17 +16,17 @@ int IndexUpload::Append(const std::vector<int64_t>& values) {
 }
 
 void IndexUpload::Upload(at::Device device) {
-  device_ = at::from_blob(host_.data(), {static_cast<int64_t>(host_.size())},
-                          at::TensorOptions().dtype(at::kLong))
-                .to(device, /*non_blocking=*/false, /*copy=*/true);
+  device_ = spec::ToDeviceAsync(at::from_blob(host_.data(), {static_cast<int64_t>(host_.size())},
+                                              at::TensorOptions().dtype(at::kLong)),
+                                device);
 }
 
 void IndexUpload::UploadInto(const at::Tensor& buffer) {
   TORCH_CHECK(buffer.dim() == 1 && buffer.numel() == static_cast<int64_t>(host_.size()) &&
                   buffer.scalar_type() == at::kLong,
               "an index buffer of ", buffer.numel(), " entries for ", host_.size());
-  buffer.copy_(at::from_blob(host_.data(), {static_cast<int64_t>(host_.size())},
-                             at::TensorOptions().dtype(at::kLong)));
+  spec::CopyToDeviceAsync(buffer, at::from_blob(host_.data(), {static_cast<int64_t>(host_.size())},
+                                                at::TensorOptions().dtype(at::kLong)));
   device_ = buffer;
 }
 

@@ -13,6 +13,7 @@
 
 #include "common/model/packed_linear.h"
 #include "common/model/rope.h"
+#include "common/spec/tensor_upload.h"
 
 namespace specloop {
 
@@ -419,7 +420,8 @@ at::Tensor Eagle3Head::Layer(const at::Tensor& x, const at::Tensor& tokens,
   return hs + Lin(at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F), w_down_, down_p_);
 }
 
-at::Tensor Eagle3Head::Forward(const std::vector<Input>& batch, at::Tensor* last_hidden) const {
+at::Tensor Eagle3Head::Forward(const std::vector<Input>& batch, at::Tensor* last_hidden,
+                               const at::Tensor& token_ids) const {
   TORCH_CHECK(!batch.empty(), "Eagle3Head::Forward of an empty batch");
   const at::Device device = fc_.device();
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
@@ -448,8 +450,20 @@ at::Tensor Eagle3Head::Forward(const std::vector<Input>& batch, at::Tensor* last
   }
   const int64_t N = ids.size();
   const at::Tensor x = xs.size() == 1 ? xs[0] : at::cat(xs, 0);
-  const at::Tensor tok = at::tensor(ids, long_opts).to(device);
-  const at::Tensor pos = at::tensor(positions, long_opts).to(device);
+  if (token_ids.defined()) {
+    TORCH_CHECK(token_ids.dim() == 1 && token_ids.scalar_type() == at::kLong &&
+                    token_ids.numel() == N && token_ids.device() == device,
+                "token_ids must be ", N, " int64 ids on ", device.str(), ", not ",
+                token_ids.toString(), " ", token_ids.sizes());
+  }
+  const at::Tensor tok =
+      token_ids.defined() ? token_ids : spec::ToDeviceAsync(at::tensor(ids, long_opts), device);
+  if (token_ids.defined() && device.is_cpu()) {
+    TORCH_CHECK(tok.min().item<int64_t>() >= 0 &&
+                    tok.max().item<int64_t>() < config_.layer.vocab_size,
+                "a token id outside the vocabulary");
+  }
+  const at::Tensor pos = spec::ToDeviceAsync(at::tensor(positions, long_opts), device);
   auto attend = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     std::vector<at::Tensor> outs;
     for (size_t b = 0; b < batch.size(); ++b) {
@@ -484,7 +498,8 @@ at::Tensor Eagle3Head::Forward(const std::vector<Input>& batch, at::Tensor* last
   }
   const at::Tensor rows = static_cast<int64_t>(last.size()) == N
                               ? out
-                              : out.index_select(0, at::tensor(last, long_opts).to(device));
+                              : out.index_select(
+                                    0, spec::ToDeviceAsync(at::tensor(last, long_opts), device));
   if (last_hidden != nullptr) *last_hidden = rows;
   return Logits(rows);
 }

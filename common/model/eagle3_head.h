@@ -103,7 +103,11 @@ class Eagle3Head {
   // draft vocabulary for the last row of each input [inputs, draft_vocab], and in
   // *last_hidden those rows' output hidden states [inputs, hidden] (float32). A row's results do
   // not depend on the rest of the batch.
-  at::Tensor Forward(const std::vector<Input>& batch, at::Tensor* last_hidden) const;
+  // `token_ids`, when defined: the inputs' tokens read from [the batch's tokens] int64 on the
+  // head's device instead (the inputs' values are then placeholders in the vocabulary), as
+  // LlamaModel::Forward's; REQUIRES every id in the vocabulary.
+  at::Tensor Forward(const std::vector<Input>& batch, at::Tensor* last_hidden,
+                     const at::Tensor& token_ids = at::Tensor()) const;
 
   // Training-time test over one sequence of T positions (trainer): step 0 reads `features`
   // [T, feature_width()] with the embeddings of tokens[1..T]; step j >= 1 reads step j-1's output

@@ -225,6 +225,21 @@ at::Tensor LlamaModel::Forward(const std::vector<ForwardInput>& batch) const {
 
 at::Tensor LlamaModel::Forward(const std::vector<ForwardInput>& batch,
                                const std::vector<int>& layers, at::Tensor* hidden) const {
+  return Forward(batch, layers, hidden, at::Tensor());
+}
+
+at::Tensor LlamaModel::Forward(const std::vector<ForwardInput>& batch,
+                               const std::vector<int>& layers, at::Tensor* hidden,
+                               const at::Tensor& token_ids) const {
+  if (token_ids.defined()) {
+    size_t tokens = 0;
+    for (const ForwardInput& in : batch) tokens += in.tokens.size();
+    TORCH_CHECK(token_ids.dim() == 1 && token_ids.scalar_type() == at::kLong &&
+                    token_ids.numel() == static_cast<int64_t>(tokens) &&
+                    token_ids.device() == device(),
+                "token_ids must be ", tokens, " int64 ids on ", device().str(), ", not ",
+                token_ids.toString(), " ", token_ids.sizes());
+  }
   for (const int l : layers) {
     TORCH_CHECK(l >= 0 && l < config_.num_hidden_layers, "hidden states of layer ", l,
                 " asked of a model of ", config_.num_hidden_layers, " layers");
@@ -232,16 +247,23 @@ at::Tensor LlamaModel::Forward(const std::vector<ForwardInput>& batch,
   TORCH_CHECK(layers.empty() || hidden != nullptr, "hidden states asked without an output");
   if (packed_ && !c10::GradMode::is_enabled() && !batch.empty() &&
       (use_small_cpu_path_ || dtype() != at::kFloat)) {
-    return ForwardCpu(batch, layers, hidden);
+    if (!token_ids.defined()) return ForwardCpu(batch, layers, hidden);
+    std::vector<ForwardInput> with_ids = batch;  // the CPU kernels read the host's ids
+    const at::Tensor ids = token_ids.contiguous();
+    const int64_t* id = ids.data_ptr<int64_t>();
+    for (ForwardInput& in : with_ids) {
+      for (int64_t& t : in.tokens) t = *id++;  // Flatten checks the range
+    }
+    return ForwardCpu(with_ids, layers, hidden);
   }
   TORCH_CHECK(!device().is_cpu() || dtype() == at::kFloat,
               "a model with 16-bit weights on the CPU serves inference only (no autograd)");
   if (!c10::GradMode::is_enabled() && !batch.empty() &&
       (static_shapes_ || (cuda_graphs_ && device().is_cuda() && DeviceGraph::Supported()))) {
-    at::Tensor logits = ForwardStatic(batch, layers, hidden);
+    at::Tensor logits = ForwardStatic(batch, layers, hidden, token_ids);
     if (logits.defined()) return logits;
   }
-  return ForwardAten(batch, layers, hidden);
+  return ForwardAten(batch, layers, hidden, token_ids);
 }
 
 LlamaModel::FlatBatch LlamaModel::Flatten(const std::vector<ForwardInput>& batch) const {
@@ -296,9 +318,11 @@ LlamaModel::FlatBatch LlamaModel::Flatten(const std::vector<ForwardInput>& batch
 }
 
 at::Tensor LlamaModel::ForwardAten(const std::vector<ForwardInput>& batch,
-                                   const std::vector<int>& layers, at::Tensor* hidden) const {
+                                   const std::vector<int>& layers, at::Tensor* hidden,
+                                   const at::Tensor& token_ids) const {
   AtenPlan plan = PlanAten(batch);
   plan.upload.Upload(device());
+  if (token_ids.defined()) plan.upload.part(plan.tokens).copy_(token_ids);
   at::Tensor logits = at::linear(RunAten(plan, layers, hidden), lm_head_).to(at::kFloat);
   for (size_t b = 0; b < batch.size(); ++b) {
     batch[b].cache->length_ = plan.f.past[b] + plan.f.lengths[b];

@@ -122,6 +122,15 @@ class LlamaModel {
   // token anyway). REQUIRES: 0 <= layers[i] < num_hidden_layers.
   at::Tensor Forward(const std::vector<ForwardInput>& batch, const std::vector<int>& layers,
                      at::Tensor* hidden) const;
+  // The same forward with the new tokens read from `token_ids` (when defined) instead of the
+  // inputs: [the batch's new tokens] int64 on the model's device, the inputs' tokens in order.
+  // The inputs' token values are then placeholders (ids in the vocabulary, such as 0); their
+  // count still sets each input's length. A draft forward thus reads the tokens the last one
+  // drew where they were drawn (DrawOnDeviceAsync), with no copy to the host between them.
+  // REQUIRES: every id lies in the vocabulary (checked on the CPU only: a GPU reads an id
+  // outside it as an out-of-bounds index).
+  at::Tensor Forward(const std::vector<ForwardInput>& batch, const std::vector<int>& layers,
+                     at::Tensor* hidden, const at::Tensor& token_ids) const;
 
   // The weights under their Hugging Face names (fused projections split again), in load order;
   // the lm_head is left out when embeddings are tied. For saving checkpoints.
@@ -220,7 +229,7 @@ class LlamaModel {
   // The shape-static forward (see Forward()), or an undefined tensor, before any change to the
   // caches, when the batch is not one it takes.
   at::Tensor ForwardStatic(const std::vector<ForwardInput>& batch, const std::vector<int>& layers,
-                           at::Tensor* hidden) const;
+                           at::Tensor* hidden, const at::Tensor& token_ids) const;
 
   LlamaModel() = default;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
@@ -228,8 +237,9 @@ class LlamaModel {
   // ForwardAten: [N, 1, 2, head_dim / 2] each, cos twice, then (-sin, sin).
   std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& positions) const;
   // Forward() over LibTorch operators: any device, any block size, autograd.
+  // token_ids as Forward()'s.
   at::Tensor ForwardAten(const std::vector<ForwardInput>& batch, const std::vector<int>& layers,
-                         at::Tensor* hidden) const;
+                         at::Tensor* hidden, const at::Tensor& token_ids) const;
   // Forward() for CPU inference (no autograd), any block size, from the packed matrices in
   // float32, float16 or bfloat16 with float32 activations and accumulation
   // (llama_forward_cpu.cc). Same results as ForwardAten to float rounding; a row's logits do

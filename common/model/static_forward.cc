@@ -169,7 +169,8 @@ LlamaModel::AtenPlan LlamaModel::PlanStatic(const std::vector<ForwardInput>& bat
 }
 
 at::Tensor LlamaModel::ForwardStatic(const std::vector<ForwardInput>& batch,
-                                     const std::vector<int>& layers, at::Tensor* hidden) const {
+                                     const std::vector<int>& layers, at::Tensor* hidden,
+                                     const at::Tensor& token_ids) const {
   KVCache* first = batch.front().cache;
   if (first == nullptr || first->pool() == nullptr || !first->pool()->bounded() ||
       static_cast<int64_t>(batch.size()) > kStaticSeqs) {
@@ -205,6 +206,12 @@ at::Tensor LlamaModel::ForwardStatic(const std::vector<ForwardInput>& batch,
     plan.upload.Upload(device());
     if (known == nullptr) known = static_->Add(*this, entry, shape, plan, layers);
   }
+  const FlatBatch& f = plan.f;
+  const int64_t real = f.ids.size();
+  if (token_ids.defined()) {  // into the real tokens' rows of the padded ids
+    plan.upload.part(plan.tokens)
+        .index_copy_(0, plan.upload.part(plan.select_hidden).narrow(0, 0, real), token_ids);
+  }
   at::Tensor normed, states;  // every padded row
   if (replays()) {
     known->graph->Replay();
@@ -214,8 +221,6 @@ at::Tensor LlamaModel::ForwardStatic(const std::vector<ForwardInput>& batch,
     normed = RunAten(plan, layers, &states);
   }
   // The returned rows; the parts are those of this forward's indices wherever they lie.
-  const FlatBatch& f = plan.f;
-  const int64_t real = f.ids.size();
   const at::Tensor rows =
       plan.upload.part(plan.select).narrow(0, 0, static_cast<int64_t>(f.out_rows.size()));
   at::Tensor result = at::linear(normed.index_select(0, rows), lm_head_).to(at::kFloat);

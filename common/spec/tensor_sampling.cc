@@ -6,6 +6,8 @@
 #include <string>
 #include <tuple>
 
+#include "common/spec/tensor_upload.h"
+
 namespace specloop {
 namespace spec {
 namespace {
@@ -60,7 +62,7 @@ Status ProcessedProbsTensor(const at::Tensor& logits, const std::vector<Sampling
     h[b * 3 + 1] = params[b].top_k;
     h[b * 3 + 2] = params[b].top_p;  // float widened, as the host's target
   }
-  const at::Tensor ctl = host.to(logits.device()).view({B, 3, 1, 1});  // the one upload
+  const at::Tensor ctl = ToDeviceAsync(host, logits.device()).view({B, 3, 1, 1});  // the one upload
   const at::Tensor t = ctl.select(1, 0), k = ctl.select(1, 1), top_p = ctl.select(1, 2);
   const at::Tensor greedy = t <= 0;  // [B, 1, 1]
   const at::Tensor x = logits.to(at::kFloat);

@@ -7,6 +7,8 @@
 #include <string>
 #include <tuple>
 
+#include "common/spec/tensor_upload.h"
+
 namespace specloop {
 namespace spec {
 
@@ -62,7 +64,7 @@ Status TopKLogProbsToHost(const at::Tensor& logits, const std::vector<int64_t>& 
     }
   }
   const at::Tensor index =
-      at::tensor(rows, at::TensorOptions().dtype(at::kLong)).to(logits.device());
+      ToDeviceAsync(at::tensor(rows, at::TensorOptions().dtype(at::kLong)), logits.device());
   TopKTensors on_device;
   SPECLOOP_RETURN_IF_ERROR(TopKLogProbs(logits.index_select(0, index), top_k, &on_device));
   // One copy: [ids | logprobs | tail] as float64 (exact for ids below 2^53 and for float32).

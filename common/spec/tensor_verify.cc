@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/spec/tensor_sampling.h"
+#include "common/spec/tensor_upload.h"
 
 namespace specloop {
 namespace spec {
@@ -120,7 +121,7 @@ Status VerifyChainTensors(const at::Tensor& target_probs, const at::Tensor& draf
   const at::ScalarType ftype =
       target_probs.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   // The step's one upload: counts and uniforms together.
-  const at::Tensor ctl = control.to(target_probs.device(), /*non_blocking=*/false);
+  const at::Tensor ctl = ToDeviceAsync(control, target_probs.device());
   const at::Tensor n = ctl.select(1, 0).to(at::kLong);  // [B]
   const at::Tensor u = ctl.narrow(1, 1, K + 1);          // [B, K + 1] float64
 
@@ -183,7 +184,7 @@ Status VerifyChainGreedyTensors(const at::Tensor& target_scores, const at::Tenso
   std::vector<int64_t> unused;
   SPECLOOP_RETURN_IF_ERROR(ReadCounts(control, B, K, 1, &unused));
   const at::Tensor n =
-      control.select(1, 0).to(target_scores.device(), /*non_blocking=*/false).to(at::kLong);
+      ToDeviceAsync(control.select(1, 0), target_scores.device()).to(at::kLong);
   const at::Tensor best = ArgmaxLowestId(target_scores);  // [B, K + 1]
 
   const at::Tensor tokens = draft_tokens.to(at::kLong);

@@ -365,6 +365,70 @@ TEST(StaticShapeForwardScope, TakesOnlyDecodeShapedBatchesInOneBoundedPool) {
   EXPECT_EQ(forwards(), LlamaModel::kStaticPools + 1);
 }
 
+// Forward(..., token_ids) reads the new tokens from a tensor instead of the inputs (a draft
+// forward's tokens drawn on the device): on each path (the CPU kernels, the ATen forward and
+// the shape-static one, whose padding puts the real tokens' rows apart), steps whose inputs
+// hold placeholder zeros and whose ids come as a tensor give the logits and hidden states of
+// the same steps with the real tokens, to the bit. A forward that ignored the ids would
+// compute the zeros' logits, which differ.
+TEST(ForwardTokenIds, ReadInsteadOfTheInputsOnEveryPath) {
+  c10::InferenceMode guard;
+  auto m = testing::RandomModel(testing::TinyConfig(), 13);
+  const int V = m->config().vocab_size;
+  enum Path { kKernels, kAten, kStatic };
+  for (const Path path : {kKernels, kAten, kStatic}) {
+    SCOPED_TRACE(path);
+    m->set_use_small_cpu_path(path == kKernels);
+    m->set_static_shapes(path == kStatic);
+    auto pool = m->NewBlockPool(/*max_blocks=*/64, /*prefix_caching=*/false);
+    std::vector<KVCache> real, ids, zeros;
+    for (int s = 0; s < 3; ++s) {
+      real.push_back(m->NewCache(pool));
+      ids.push_back(m->NewCache(pool));
+      zeros.push_back(m->NewCache(pool));
+    }
+    const int64_t static_before = m->static_stats().forwards;
+    for (int step = 0; step < 3; ++step) {
+      // Three sequences of 4, 1 and 3 new tokens (chains; the last one a tree at step 2).
+      std::vector<ForwardInput> a, b, c;
+      std::vector<int64_t> flat;
+      for (int s = 0; s < 3; ++s) {
+        const int64_t n = s == 0 ? 4 : (s == 1 ? 1 : 3);
+        const std::vector<int64_t> tokens = RandomTokens(n, V, 500 + 10 * step + s);
+        std::vector<int> parents;
+        if (s == 2 && step == 2) parents = {-1, 0, 0};
+        flat.insert(flat.end(), tokens.begin(), tokens.end());
+        const std::vector<int64_t> placeholder(n, 0);
+        a.push_back({&real[s], tokens, s != 1, parents, {}});
+        b.push_back({&ids[s], placeholder, s != 1, parents, {}});
+        c.push_back({&zeros[s], placeholder, s != 1, parents, {}});
+      }
+      const at::Tensor token_ids = at::tensor(flat, at::TensorOptions().dtype(at::kLong));
+      at::Tensor ha, hb, hc;
+      const at::Tensor want = m->Forward(a, {0, 1}, &ha);
+      const at::Tensor got = m->Forward(b, {0, 1}, &hb, token_ids);
+      const at::Tensor ignored = m->Forward(c, {0, 1}, &hc);
+      ASSERT_EQ(want.sizes(), got.sizes()) << "step " << step;
+      EXPECT_TRUE(at::equal(want, got)) << "step " << step;
+      EXPECT_TRUE(at::equal(ha, hb)) << "step " << step;
+      EXPECT_GT((want - ignored).abs().max().item<double>(), 1e-3) << "step " << step;
+      for (int s = 0; s < 3; ++s) EXPECT_EQ(ids[s].length(), real[s].length());
+    }
+    EXPECT_EQ(m->static_stats().forwards - static_before, path == kStatic ? 9 : 0);
+  }
+  m->set_static_shapes(false);
+  m->set_use_small_cpu_path(true);
+
+  // An ids tensor of another size, dtype or device is refused before any cache changes.
+  KVCache cache = m->NewCache();
+  const std::vector<ForwardInput> two = {{&cache, {0, 0}, false, {}, {}}};
+  EXPECT_THROW(m->Forward(two, {}, nullptr, at::zeros({3}, at::kLong)), c10::Error);
+  EXPECT_THROW(m->Forward(two, {}, nullptr, at::zeros({2}, at::kInt)), c10::Error);
+  EXPECT_THROW(m->Forward(two, {}, nullptr, at::zeros({1, 2}, at::kLong)), c10::Error);
+  EXPECT_THROW(m->Forward(two, {}, nullptr, at::full({2}, V, at::kLong)), c10::Error);
+  EXPECT_EQ(cache.length(), 0);
+}
+
 TEST(BatchedAtenForwardPools, CachesInSeveralPoolsAgreeWithOnePool) {
   // Private caches (each its own pool, as generate and training use) beside shared ones in one
   // batch: one attention per pool, the rows put back in input order.
