@@ -206,6 +206,23 @@ void DraftModelProposer::Propose(const std::vector<int>& context, int max_k, Dra
   last_seconds_ = forwards > 0 ? seconds * drafted / forwards : (drafted > 0 ? -1.0 : 0.0);
 }
 
+void DraftModelProposer::SplitFirstForward(const std::vector<const BatchItem*>& chains,
+                                           const std::vector<size_t>& fed, double dt,
+                                           std::vector<double>* seconds,
+                                           std::vector<int>* forwards) {
+  size_t total_fed = 0;
+  for (const size_t f : fed) total_fed += f;
+  for (size_t j = 0; j < chains.size(); ++j) {
+    const double share = dt * fed[j] / std::max<size_t>(1, total_fed);
+    if (fed[j] > kSteadyFeed) {
+      chains[j]->proposer->last_catch_up_ = {static_cast<int64_t>(fed[j]), share};
+    } else {
+      (*seconds)[j] += share;
+      (*forwards)[j] = 1;
+    }
+  }
+}
+
 void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items, bool on_device) {
   using Clock = std::chrono::steady_clock;
   c10::InferenceMode guard;
@@ -234,24 +251,14 @@ void DraftModelProposer::ProposeBatch(const std::vector<BatchItem>& items, bool 
   // The first forward: every chain's feed; its time split by tokens fed.
   std::vector<ForwardInput> inputs;
   std::vector<size_t> fed(n);
-  size_t total_fed = 0;
   for (size_t j = 0; j < n; ++j) {
     inputs.push_back(chains[j]->proposer->FeedInput(*chains[j]->context));
     fed[j] = inputs.back().tokens.size();
-    total_fed += fed[j];
   }
   auto t0 = Clock::now();
   at::Tensor logits = DraftLogits(*draft, inputs, on_device);
   double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-  for (size_t j = 0; j < n; ++j) {
-    const double share = dt * fed[j] / std::max<size_t>(1, total_fed);
-    if (fed[j] > kSteadyFeed) {
-      chains[j]->proposer->last_catch_up_ = {static_cast<int64_t>(fed[j]), share};
-    } else {
-      seconds[j] += share;
-      forwards[j] = 1;
-    }
-  }
+  SplitFirstForward(chains, fed, dt, &seconds, &forwards);
 
   // Then one forward per drafted position over the chains still drafting; row r of `logits`
   // belongs to chain active[r].
@@ -321,14 +328,12 @@ void DraftModelProposer::ProposeChainsOnDevice(const std::vector<const BatchItem
   const size_t n = chains.size();
   std::vector<ForwardInput> inputs;
   std::vector<size_t> fed(n), base(n);  // base: cached_'s length before the drafted tokens
-  size_t total_fed = 0;
   bool catch_up = false;
   for (size_t j = 0; j < n; ++j) {
     DraftModelProposer& p = *chains[j]->proposer;
     inputs.push_back(p.FeedInput(*chains[j]->context));
     fed[j] = inputs.back().tokens.size();
     base[j] = p.cached_.size();
-    total_fed += fed[j];
     catch_up = catch_up || fed[j] > kSteadyFeed;
   }
   std::vector<double> seconds(n, 0.0), weight(n, 0.0);  // weight: its share of `untimed`
@@ -342,15 +347,7 @@ void DraftModelProposer::ProposeChainsOnDevice(const std::vector<const BatchItem
     if (catch_up) {
       logits.select(0, 0).select(0, 0).item<float>();  // waits for this forward alone
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-      for (size_t j = 0; j < n; ++j) {
-        const double share = dt * fed[j] / std::max<size_t>(1, total_fed);
-        if (fed[j] > kSteadyFeed) {
-          chains[j]->proposer->last_catch_up_ = {static_cast<int64_t>(fed[j]), share};
-        } else {
-          seconds[j] += share;
-          forwards[j] = 1;
-        }
-      }
+      SplitFirstForward(chains, fed, dt, &seconds, &forwards);
       t0 = Clock::now();
     } else {
       ++untimed;

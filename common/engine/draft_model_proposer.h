@@ -118,6 +118,11 @@ class DraftModelProposer : public Proposer {
   // Rolls the cache back to `keep` tokens and returns the forward feeding context[keep, end).
   ForwardInput Feed(const std::vector<int>& context, size_t keep, size_t end);
 
+  // The first forward's `dt` split by the tokens each chain fed: a catch-up's share is its
+  // last_catch_up_, a steady chain's is added to seconds[j] as its first timed forward.
+  static void SplitFirstForward(const std::vector<const BatchItem*>& chains,
+                                const std::vector<size_t>& fed, double dt,
+                                std::vector<double>* seconds, std::vector<int>* forwards);
   // ProposeBatch's on-device path for chains none of which stops early (see ProposeBatch).
   static void ProposeChainsOnDevice(const std::vector<const BatchItem*>& chains);
   // Drafts a tree of depth <= max_k from `logits` (the row after the context) into `out`.

@@ -18,8 +18,9 @@ at::Tensor Pinned(const at::Tensor& host) {
 }  // namespace
 
 at::Tensor ToDeviceAsync(const at::Tensor& host, at::Device device) {
-  if (!device.is_cuda()) {
-    return host.to(device, /*non_blocking=*/false, /*copy=*/true).contiguous();
+  if (!device.is_cuda()) {  // one copy, contiguous whatever the host's layout
+    return host.to(device, host.scalar_type(), /*non_blocking=*/false, /*copy=*/true,
+                   at::MemoryFormat::Contiguous);
   }
   return Pinned(host).to(device, /*non_blocking=*/true);
 }
